@@ -1,0 +1,176 @@
+"""Obtain and build the pinned llama.cpp for the eagle3 extension.
+
+Meson runs this script in two ways:
+
+``fetch DEST``
+    Make sure the llama-cpp-python 0.3.36 source distribution (which vendors
+    llama.cpp at upstream commit 0c1e57098) is in DEST, verified by sha256.
+    pip downloads it, so pip's own configuration decides where from.
+
+``build --cmake CMAKE --source SRC --build-dir DIR --out-dir OUT [...]``
+    Configure llama.cpp with CMake once, then build the static libraries the
+    extension links (``llama-common`` and everything it depends on) into OUT.
+    A build with nothing changed is a no-op; ccache is used when installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SDIST_NAME = "llama-cpp-python"
+SDIST_VERSION = "0.3.36"
+SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+
+# Static libraries produced by `cmake --build --target llama-common`, in link
+# order (dependents before their dependencies). meson.build lists the same.
+LIBRARIES = (
+    "libllama-common.a",
+    "libllama-common-base.a",
+    "libcpp-httplib.a",
+    "libllama.a",
+    "libggml.a",
+    "libggml-cpu.a",
+    "libggml-base.a",
+)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _pip_env() -> dict[str, str]:
+    # Inside pip's isolated build environment PYTHONPATH points at the build
+    # requirements only and pip itself is hidden; the interpreter's own pip
+    # (and the user's pip configuration) is what we want.
+    env = dict(os.environ)
+    for var in ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME"):
+        env.pop(var, None)
+    return env
+
+
+def fetch(dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = dest / SDIST_FILE
+    if archive.exists():
+        if _sha256(archive) == SDIST_SHA256:
+            return
+        print(f"eagle3: {archive} has the wrong sha256; downloading it again", file=sys.stderr)
+        archive.unlink()
+
+    print(f"eagle3: downloading the {SDIST_NAME}=={SDIST_VERSION} source (llama.cpp 0c1e57098) with pip",
+          file=sys.stderr)
+    with tempfile.TemporaryDirectory(dir=dest) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", SDIST_NAME,
+               "--dest", tmp, f"{SDIST_NAME}=={SDIST_VERSION}"]
+        result = subprocess.run(cmd, env=_pip_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        got = Path(tmp) / SDIST_FILE
+        if result.returncode != 0 or not got.exists():
+            sys.exit(
+                f"eagle3: could not download {SDIST_NAME}=={SDIST_VERSION} with pip:\n"
+                f"{result.stdout[-4000:]}\n"
+                f"Put {SDIST_FILE} (sha256 {SDIST_SHA256}) into {dest} by hand, or build against a "
+                f"llama.cpp tree of your own with -Csetup-args=-Dllama_cpp_source=/path/to/llama.cpp"
+            )
+        digest = _sha256(got)
+        if digest != SDIST_SHA256:
+            sys.exit(f"eagle3: {SDIST_FILE} has sha256 {digest}, expected {SDIST_SHA256}; refusing to build")
+        os.replace(got, archive)
+
+
+def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str) -> list[str]:
+    off = "OFF"
+    return [
+        f"-DCMAKE_BUILD_TYPE={build_type}",
+        f"-DCMAKE_ARCHIVE_OUTPUT_DIRECTORY={out_dir}",
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DCMAKE_POSITION_INDEPENDENT_CODE=ON",
+        "-DLLAMA_BUILD_COMMON=ON",
+        f"-DLLAMA_OPENSSL={off}",
+        f"-DLLAMA_SUBPROCESS={off}",
+        f"-DLLAMA_BUILD_APP={off}",
+        f"-DLLAMA_BUILD_TESTS={off}",
+        f"-DLLAMA_BUILD_TOOLS={off}",
+        f"-DLLAMA_BUILD_EXAMPLES={off}",
+        f"-DLLAMA_BUILD_SERVER={off}",
+        # Explicit, so that SOURCE_DATE_EPOCH (set by some build frontends)
+        # cannot silently turn the CPU options off.
+        f"-DGGML_NATIVE={'ON' if native else 'OFF'}",
+        "-DGGML_CCACHE=ON",
+    ]
+
+
+def _build_env(source: Path, build_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("SOURCE_DATE_EPOCH", None)
+    # pip builds in a fresh temporary directory every time: rewrite absolute
+    # paths relative to a common base so ccache hits across builds.
+    env.setdefault("CCACHE_BASEDIR", os.path.commonpath([source.resolve(), build_dir.resolve()]))
+    env.setdefault("CCACHE_NOHASHDIR", "1")
+    return env
+
+
+def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool, build_type: str,
+          jobs: int) -> None:
+    source = source.resolve()  # a symlinked tree sends CMake's ninja into a regeneration loop
+    if not (source / "common" / "speculative.h").exists():
+        sys.exit(f"eagle3: {source} is not a llama.cpp tree with common/speculative.h")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = _build_env(source, build_dir)
+
+    args = _cmake_args(source, out_dir.resolve(), native, build_type)
+    stamp = build_dir / "eagle3-configure.json"
+    wanted = json.dumps({"source": str(source), "args": args})
+    if not (build_dir / "CMakeCache.txt").exists() or not stamp.exists() or stamp.read_text() != wanted:
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        subprocess.run([cmake, "-S", str(source), "-B", str(build_dir), *generator, *args], env=env, check=True)
+        stamp.write_text(wanted)
+
+    subprocess.run([cmake, "--build", str(build_dir), "--target", "llama-common", "--config", build_type,
+                    "--parallel", str(jobs)], env=env, check=True)
+
+    missing = [lib for lib in LIBRARIES if not (out_dir / lib).exists()]
+    if missing:
+        sys.exit(f"eagle3: the llama.cpp build did not produce {', '.join(missing)} in {out_dir}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_fetch = sub.add_parser("fetch", help="put the pinned llama.cpp source archive into DEST")
+    p_fetch.add_argument("dest", type=Path)
+
+    p_build = sub.add_parser("build", help="build llama.cpp's static libraries")
+    p_build.add_argument("--cmake", default="cmake")
+    p_build.add_argument("--source", type=Path, required=True)
+    p_build.add_argument("--build-dir", type=Path, required=True)
+    p_build.add_argument("--out-dir", type=Path, required=True)
+    p_build.add_argument("--native", choices=("true", "false"), default="true")
+    p_build.add_argument("--build-type", default="Release")
+    p_build.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+
+    args = parser.parse_args(argv)
+    if args.command == "fetch":
+        fetch(args.dest)
+    else:
+        build(args.cmake, args.source, args.build_dir, args.out_dir, args.native == "true", args.build_type,
+              args.jobs)
+
+
+if __name__ == "__main__":
+    main()

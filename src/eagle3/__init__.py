@@ -1,0 +1,49 @@
+"""eagle3: Python control of llama.cpp's EAGLE-3 and MTP speculative decoding.
+
+The public API, re-exported from the modules that define it.
+"""
+
+from eagle3 import _logging
+from eagle3._core import Batch, read_gguf, system_info
+from eagle3.context import Context
+from eagle3.errors import (
+    BadSeqIdError,
+    BatchError,
+    ClosedError,
+    ContextError,
+    DecodeError,
+    Eagle3Error,
+    InvalidConfigError,
+    ModelLoadError,
+    ProcessError,
+    SessionInitError,
+    SessionStateError,
+)
+from eagle3.model import Model
+from eagle3.session import Eagle3Session, Eagle3SessionConfig, MtpSession
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch",
+    "Context",
+    "Eagle3Session",
+    "Eagle3SessionConfig",
+    "Model",
+    "MtpSession",
+    "read_gguf",
+    "system_info",
+    "Eagle3Error",
+    "SessionInitError",
+    "ProcessError",
+    "BadSeqIdError",
+    "InvalidConfigError",
+    "ModelLoadError",
+    "ContextError",
+    "DecodeError",
+    "BatchError",
+    "SessionStateError",
+    "ClosedError",
+]
+
+_logging.install()

@@ -1,0 +1,1020 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
+"""Low-level objects over llama.cpp and the speculative shim.
+
+Each handle owns one raw pointer and holds strong references to the handles
+it depends on, so the C objects are always freed in the order llama.cpp needs
+(session, draft context, draft model, target context, target model) however
+Python collects them. The public classes in the pure-Python layer wrap these
+handles and add lifetimes, locking and context managers.
+"""
+
+from cpython.bytes cimport PyBytes_AsStringAndSize
+from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+from libc.stdlib cimport malloc, free
+
+cimport numpy as cnp
+import numpy as np
+
+from eagle3._llama cimport *
+from eagle3._shim cimport *
+
+from eagle3.errors import (
+    BadSeqIdError,
+    BatchError,
+    ContextError,
+    DecodeError,
+    Eagle3Error,
+    InvalidConfigError,
+    ModelLoadError,
+    ProcessError,
+    SessionInitError,
+    SessionStateError,
+)
+
+cnp.import_array()
+llama_backend_init()
+
+DEF ERR_LEN = 1024
+
+SPEC_EAGLE3 = E3_SPEC_EAGLE3
+SPEC_MTP = E3_SPEC_MTP
+
+# ---------------------------------------------------------------------------
+# Logging bridge: C messages -> a Python callable set by eagle3._logging
+# ---------------------------------------------------------------------------
+
+cdef object _log_sink = None
+cdef bint _log_live = False
+
+
+cdef void _log_trampoline(int level, const char * text, void * user_data) noexcept nogil:
+    if not _log_live:
+        return
+    with gil:
+        sink = _log_sink
+        if sink is not None:
+            try:
+                sink(level, text.decode("utf-8", "replace"))
+            except BaseException:
+                pass
+
+
+def set_log_sink(sink, int common_verbosity):
+    """Route llama.cpp, ggml and common/ messages to ``sink(level, line)``; None stops it."""
+    global _log_sink, _log_live
+    _log_sink = sink
+    _log_live = sink is not None
+    if _log_live:
+        e3_log_set(_log_trampoline, NULL)
+    else:
+        e3_log_set(NULL, NULL)
+    e3_log_set_common_verbosity(common_verbosity)
+
+
+def system_info():
+    """llama.cpp's description of the CPU features and backends in use."""
+    return llama_print_system_info().decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+cdef inline str _err_text(char * buf):
+    return buf.decode("utf-8", "replace")
+
+
+cdef object _as_int32_array(object values, str what):
+    """Integer input as a C-contiguous int32 array (no silent casts from floats)."""
+    arr = np.asarray(values)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int32)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} must be integers, got dtype {arr.dtype}")
+    if arr.dtype != np.int32 and (arr.min() < -2**31 or arr.max() >= 2**31):
+        raise ValueError(f"{what} do not fit in int32")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+# ---------------------------------------------------------------------------
+# GGUF metadata, read through ggml's C gguf API without loading weights
+# ---------------------------------------------------------------------------
+
+cdef object _gguf_scalar(const gguf_context * g, int64_t i, gguf_type t):
+    cdef const void * p = gguf_get_val_data(g, i)
+    if t == GGUF_TYPE_UINT8:
+        return (<const unsigned char *> p)[0]
+    if t == GGUF_TYPE_INT8:
+        return (<const signed char *> p)[0]
+    if t == GGUF_TYPE_UINT16:
+        return (<const unsigned short *> p)[0]
+    if t == GGUF_TYPE_INT16:
+        return (<const short *> p)[0]
+    if t == GGUF_TYPE_UINT32:
+        return (<const uint32_t *> p)[0]
+    if t == GGUF_TYPE_INT32:
+        return (<const int32_t *> p)[0]
+    if t == GGUF_TYPE_UINT64:
+        return (<const uint64_t *> p)[0]
+    if t == GGUF_TYPE_INT64:
+        return (<const int64_t *> p)[0]
+    if t == GGUF_TYPE_FLOAT32:
+        return (<const float *> p)[0]
+    if t == GGUF_TYPE_FLOAT64:
+        return (<const double *> p)[0]
+    if t == GGUF_TYPE_BOOL:
+        return (<const int8_t *> p)[0] != 0
+    return None
+
+
+_GGUF_NUMPY = {
+    GGUF_TYPE_UINT8: np.uint8, GGUF_TYPE_INT8: np.int8, GGUF_TYPE_UINT16: np.uint16,
+    GGUF_TYPE_INT16: np.int16, GGUF_TYPE_UINT32: np.uint32, GGUF_TYPE_INT32: np.int32,
+    GGUF_TYPE_UINT64: np.uint64, GGUF_TYPE_INT64: np.int64, GGUF_TYPE_FLOAT32: np.float32,
+    GGUF_TYPE_FLOAT64: np.float64, GGUF_TYPE_BOOL: np.bool_,
+}
+
+_GGUF_TYPE_NAMES = {
+    GGUF_TYPE_UINT8: "uint8", GGUF_TYPE_INT8: "int8", GGUF_TYPE_UINT16: "uint16", GGUF_TYPE_INT16: "int16",
+    GGUF_TYPE_UINT32: "uint32", GGUF_TYPE_INT32: "int32", GGUF_TYPE_FLOAT32: "float32", GGUF_TYPE_BOOL: "bool",
+    GGUF_TYPE_STRING: "string", GGUF_TYPE_ARRAY: "array", GGUF_TYPE_UINT64: "uint64", GGUF_TYPE_INT64: "int64",
+    GGUF_TYPE_FLOAT64: "float64",
+}
+
+
+def read_gguf(path):
+    """Read a GGUF file's header: ``(metadata, types, tensors)``.
+
+    ``metadata`` maps keys to Python values (numeric arrays as read-only NumPy
+    arrays, string arrays as tuples); ``types`` maps keys to GGUF type names
+    (``"array[int32]"`` for arrays); ``tensors`` maps tensor names to
+    ``(shape, ggml_type_name)`` with the shape in ggml order (ne0 first).
+    Raises :class:`ModelLoadError` if the file is not a readable GGUF file.
+    """
+    cdef bytes bpath = _fs_path(path)
+    cdef gguf_init_params params
+    params.no_alloc = True
+    params.ctx = NULL
+    cdef const char * cpath = bpath
+    cdef gguf_context * g
+    with nogil:
+        g = gguf_init_from_file(cpath, params)
+    if g == NULL:
+        raise ModelLoadError(f"{path!s}: not a readable GGUF file (missing, truncated or corrupt)")
+    cdef int64_t i, j, n
+    cdef gguf_type t, at
+    cdef const int64_t * ne
+    metadata = {}
+    types = {}
+    tensors = {}
+    try:
+        for i in range(gguf_get_n_kv(g)):
+            key = gguf_get_key(g, i).decode("utf-8", "replace")
+            t = gguf_get_kv_type(g, i)
+            if t == GGUF_TYPE_STRING:
+                metadata[key] = gguf_get_val_str(g, i).decode("utf-8", "replace")
+                types[key] = "string"
+            elif t == GGUF_TYPE_ARRAY:
+                at = gguf_get_arr_type(g, i)
+                n = <int64_t> gguf_get_arr_n(g, i)
+                types[key] = f"array[{_GGUF_TYPE_NAMES.get(at, '?')}]"
+                if at == GGUF_TYPE_STRING:
+                    metadata[key] = tuple(gguf_get_arr_str(g, i, j).decode("utf-8", "replace") for j in range(n))
+                elif at in _GGUF_NUMPY:
+                    dtype = np.dtype(_GGUF_NUMPY[at])
+                    if n == 0:
+                        arr = np.empty(0, dtype=dtype)
+                    else:
+                        arr = np.frombuffer((<const char *> gguf_get_arr_data(g, i))[:n * dtype.itemsize],
+                                            dtype=dtype).copy()
+                    arr.flags.writeable = False
+                    metadata[key] = arr
+                else:
+                    metadata[key] = None
+            else:
+                metadata[key] = _gguf_scalar(g, i, t)
+                types[key] = _GGUF_TYPE_NAMES.get(t, "?")
+        for i in range(gguf_get_n_tensors(g)):
+            name = gguf_get_tensor_name(g, i).decode("utf-8", "replace")
+            ne = gguf_get_tensor_ne(g, i)
+            shape = [ne[j] for j in range(GGML_MAX_DIMS)]
+            while len(shape) > 1 and shape[len(shape) - 1] == 1:
+                shape.pop()
+            tensors[name] = (tuple(shape), ggml_type_name(gguf_get_tensor_type(g, i)).decode())
+    finally:
+        gguf_free(g)
+    return metadata, types, tensors
+
+
+cdef bytes _fs_path(path):
+    import os
+    return os.fsencode(os.fspath(path))
+
+
+# ---------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------
+
+cdef class ModelHandle:
+    """Owns a ``llama_model``."""
+
+    cdef llama_model * ptr
+    cdef const llama_vocab * vocab
+    cdef readonly int32_t n_vocab
+    cdef readonly bint has_vocab
+    cdef object __weakref__
+
+    def __cinit__(self, path, int n_gpu_layers=0, bint load_mtp=False, bint vocab_only=False,
+                  bint check_tensors=False):
+        cdef bytes bpath = _fs_path(path)
+        cdef llama_model_params params = llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.load_mtp = load_mtp
+        params.vocab_only = vocab_only
+        params.check_tensors = check_tensors
+        cdef const char * cpath = bpath
+        cdef llama_model * m
+        with nogil:
+            m = llama_model_load_from_file(cpath, params)
+        if m == NULL:
+            raise ModelLoadError(f"failed to load model from {path!s} (see the 'eagle3' log for the reason)")
+        self.ptr = m
+        self.vocab = llama_model_get_vocab(m)
+        self.n_vocab = llama_vocab_n_tokens(self.vocab)
+        self.has_vocab = llama_vocab_type(self.vocab) != LLAMA_VOCAB_TYPE_NONE
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            llama_model_free(self.ptr)
+            self.ptr = NULL
+
+    @property
+    def n_layer(self):
+        return llama_model_n_layer(self.ptr)
+
+    @property
+    def n_layer_nextn(self):
+        return llama_model_n_layer_nextn(self.ptr)
+
+    @property
+    def n_embd(self):
+        return llama_model_n_embd(self.ptr)
+
+    @property
+    def n_head(self):
+        return llama_model_n_head(self.ptr)
+
+    @property
+    def n_head_kv(self):
+        return llama_model_n_head_kv(self.ptr)
+
+    @property
+    def n_ctx_train(self):
+        return llama_model_n_ctx_train(self.ptr)
+
+    @property
+    def n_params(self):
+        return llama_model_n_params(self.ptr)
+
+    @property
+    def size(self):
+        return llama_model_size(self.ptr)
+
+    @property
+    def bos(self):
+        return llama_vocab_bos(self.vocab)
+
+    @property
+    def eos(self):
+        return llama_vocab_eos(self.vocab)
+
+    @property
+    def add_bos(self):
+        return llama_vocab_get_add_bos(self.vocab)
+
+    def description(self):
+        cdef char buf[256]
+        llama_model_desc(self.ptr, buf, sizeof(buf))
+        return buf.decode("utf-8", "replace")
+
+    def meta(self, str key):
+        """A metadata value as llama.cpp renders it, or None."""
+        cdef char buf[512]
+        cdef bytes bkey = key.encode()
+        if llama_model_meta_val_str(self.ptr, bkey, buf, sizeof(buf)) < 0:
+            return None
+        return buf.decode("utf-8", "replace")
+
+    def is_eog(self, int32_t token):
+        return llama_vocab_is_eog(self.vocab, token)
+
+    def tokenize(self, str text, bint add_special, bint parse_special):
+        cdef bytes data = text.encode("utf-8")
+        cdef char * cdata
+        cdef Py_ssize_t n_bytes
+        PyBytes_AsStringAndSize(data, &cdata, &n_bytes)
+        if n_bytes >= 2**31 - 16:
+            raise ValueError("text too long to tokenize")
+        cdef int32_t cap = <int32_t> n_bytes + 8
+        out = np.empty(cap, dtype=np.int32)
+        cdef int32_t[::1] view = out
+        cdef int32_t n
+        with nogil:
+            n = llama_tokenize(self.vocab, cdata, <int32_t> n_bytes, &view[0], cap, add_special, parse_special)
+        if n < 0:
+            if n == -2**31:
+                raise ValueError("tokenization overflowed int32")
+            cap = -n
+            out = np.empty(cap, dtype=np.int32)
+            view = out
+            with nogil:
+                n = llama_tokenize(self.vocab, cdata, <int32_t> n_bytes, &view[0], cap, add_special,
+                                   parse_special)
+            if n < 0:
+                raise Eagle3Error("tokenization failed")
+        return out[:n].copy()
+
+    def detokenize(self, const int32_t[::1] tokens, bint remove_special, bint unparse_special):
+        cdef int32_t n = <int32_t> tokens.shape[0]
+        cdef int32_t i
+        for i in range(n):
+            if tokens[i] < 0 or tokens[i] >= self.n_vocab:
+                raise ValueError(f"token {tokens[i]} is not in this vocabulary (0..{self.n_vocab - 1})")
+        if n == 0:
+            return ""
+        cdef int32_t cap = n * 8 + 16
+        cdef bytearray buf = bytearray(cap)
+        cdef char * p = buf
+        cdef int32_t got
+        with nogil:
+            got = llama_detokenize(self.vocab, &tokens[0], n, p, cap, remove_special, unparse_special)
+        if got < 0:
+            cap = -got + 1
+            buf = bytearray(cap)
+            p = buf
+            with nogil:
+                got = llama_detokenize(self.vocab, &tokens[0], n, p, cap, remove_special, unparse_special)
+            if got < 0:
+                raise Eagle3Error("detokenization failed")
+        return bytes(buf[:got]).decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------
+# Batch
+# ---------------------------------------------------------------------------
+
+cdef class Batch:
+    """A batch of tokens to decode, stored in NumPy arrays.
+
+    ``Batch(capacity, n_seq_max=1)`` holds up to ``capacity`` entries; each
+    entry is a token at a position, in one or more sequences (at most
+    ``n_seq_max``), with an output flag that asks for its logits. Fill it
+    entry by entry with :meth:`add`, or from arrays with :meth:`add_sequence`
+    and :meth:`add_arrays` (no Python loop). ``tokens``, ``positions``,
+    ``seq_ids`` and ``outputs`` are read-only views of the filled entries.
+    """
+
+    cdef readonly int32_t capacity
+    cdef readonly int32_t n_seq_max
+    cdef int32_t n
+    cdef readonly uint64_t version
+    cdef object _tokens_np, _pos_np, _seq_np, _nseq_np, _out_np
+    cdef int32_t[::1] _tokens
+    cdef int32_t[::1] _pos
+    cdef int32_t[:, ::1] _seq
+    cdef int32_t[::1] _nseq
+    cdef int8_t[::1] _out
+
+    def __cinit__(self, int capacity, int n_seq_max=1):
+        if capacity <= 0:
+            raise BatchError(f"capacity must be > 0, got {capacity}")
+        if n_seq_max <= 0 or n_seq_max > 256:
+            raise BatchError(f"n_seq_max must be in [1, 256], got {n_seq_max}")
+        self.capacity = capacity
+        self.n_seq_max = n_seq_max
+        self.n = 0
+        self.version = 0
+        self._tokens_np = np.zeros(capacity, dtype=np.int32)
+        self._pos_np = np.zeros(capacity, dtype=np.int32)
+        self._seq_np = np.zeros((capacity, n_seq_max), dtype=np.int32)
+        self._nseq_np = np.zeros(capacity, dtype=np.int32)
+        self._out_np = np.zeros(capacity, dtype=np.int8)
+        self._tokens = self._tokens_np
+        self._pos = self._pos_np
+        self._seq = self._seq_np
+        self._nseq = self._nseq_np
+        self._out = self._out_np
+
+    @classmethod
+    def from_tokens(cls, tokens, int pos0=0, int seq_id=0, output="last", capacity=None, int n_seq_max=1):
+        """A batch holding one sequence of tokens at positions ``pos0, pos0+1, ...``."""
+        arr = _as_int32_array(tokens, "tokens")
+        cap = max(1, len(arr)) if capacity is None else capacity
+        cdef Batch b = cls(cap, max(n_seq_max, seq_id + 1))
+        b.add_sequence(arr, pos0, seq_id, output)
+        return b
+
+    def __len__(self):
+        return self.n
+
+    @property
+    def n_tokens(self):
+        return self.n
+
+    def clear(self):
+        """Remove every entry (the arrays are kept)."""
+        self.n = 0
+        self.version += 1
+
+    cdef inline int _check_seq(self, int32_t seq_id) except -1:
+        if seq_id < 0 or seq_id >= self.n_seq_max:
+            raise BatchError(f"sequence id {seq_id} out of range for this batch (n_seq_max = {self.n_seq_max})")
+        return 0
+
+    def add(self, int32_t token, int32_t pos, seq_ids=0, bint output=False):
+        """Append one entry; ``seq_ids`` is a sequence id or a list of them. Returns its index."""
+        if self.n >= self.capacity:
+            raise BatchError(f"batch is full (capacity {self.capacity})")
+        cdef int32_t i = self.n
+        cdef int32_t k = 0
+        cdef int32_t s
+        if isinstance(seq_ids, int):
+            s = seq_ids
+            self._check_seq(s)
+            self._seq[i, 0] = s
+            k = 1
+        else:
+            ids = list(seq_ids)
+            if not ids or len(ids) > self.n_seq_max:
+                raise BatchError(f"an entry needs 1..{self.n_seq_max} sequence ids, got {len(ids)}")
+            if len(set(ids)) != len(ids):
+                raise BatchError(f"duplicate sequence ids {ids}")
+            for s in ids:
+                self._check_seq(s)
+                self._seq[i, k] = s
+                k += 1
+        self._tokens[i] = token
+        self._pos[i] = pos
+        self._nseq[i] = k
+        self._out[i] = 1 if output else 0
+        self.n = i + 1
+        self.version += 1
+        return i
+
+    def add_sequence(self, tokens, int32_t pos0=0, int32_t seq_id=0, output="last"):
+        """Append tokens of one sequence at positions ``pos0, pos0+1, ...``.
+
+        ``output`` is ``"last"`` (logits for the last token only), ``"all"``,
+        ``"none"``, or a boolean array with one flag per token.
+        """
+        arr = _as_int32_array(tokens, "tokens")
+        cdef int32_t k = <int32_t> arr.shape[0]
+        if k == 0:
+            return
+        self._check_seq(seq_id)
+        if self.n + k > self.capacity:
+            raise BatchError(f"{k} more entries do not fit (capacity {self.capacity}, holding {self.n})")
+        flags = self._output_flags(output, k)
+        cdef int32_t n0 = self.n
+        self._tokens_np[n0:n0 + k] = arr
+        self._pos_np[n0:n0 + k] = np.arange(pos0, pos0 + k, dtype=np.int64)
+        self._seq_np[n0:n0 + k, 0] = seq_id
+        self._nseq_np[n0:n0 + k] = 1
+        self._out_np[n0:n0 + k] = flags
+        self.n = n0 + k
+        self.version += 1
+
+    def add_arrays(self, tokens, positions, seq_ids, outputs=False):
+        """Append entries from arrays: one token, position and sequence id each.
+
+        ``outputs`` is a bool or a boolean array of the same length.
+        """
+        tok = _as_int32_array(tokens, "tokens")
+        pos = _as_int32_array(positions, "positions")
+        k = tok.shape[0]
+        seq = np.broadcast_to(_as_int32_array(seq_ids, "seq_ids"), (k,)) if k else np.empty(0, np.int32)
+        if pos.shape[0] != k:
+            raise BatchError(f"{k} tokens but {pos.shape[0]} positions")
+        if k == 0:
+            return
+        if seq.min() < 0 or seq.max() >= self.n_seq_max:
+            raise BatchError(f"sequence ids must be in [0, {self.n_seq_max}) for this batch")
+        if self.n + k > self.capacity:
+            raise BatchError(f"{k} more entries do not fit (capacity {self.capacity}, holding {self.n})")
+        if isinstance(outputs, (bool, np.bool_)):
+            flags = np.full(k, 1 if outputs else 0, dtype=np.int8)
+        else:
+            flags = self._output_flags(outputs, k)
+        n0 = self.n
+        self._tokens_np[n0:n0 + k] = tok
+        self._pos_np[n0:n0 + k] = pos
+        self._seq_np[n0:n0 + k, 0] = seq
+        self._nseq_np[n0:n0 + k] = 1
+        self._out_np[n0:n0 + k] = flags
+        self.n = n0 + k
+        self.version += 1
+
+    def _output_flags(self, output, int32_t k):
+        if isinstance(output, str):
+            flags = np.zeros(k, dtype=np.int8)
+            if output == "last":
+                flags[k - 1] = 1
+            elif output == "all":
+                flags[:] = 1
+            elif output != "none":
+                raise BatchError(f"output must be 'last', 'all', 'none' or a boolean array, got {output!r}")
+            return flags
+        arr = np.asarray(output)
+        if arr.dtype != np.bool_ or arr.shape != (k,):
+            raise BatchError(f"output flags must be a boolean array of length {k}")
+        return arr.astype(np.int8)
+
+    def _view(self, arr):
+        v = arr[:self.n]
+        v.flags.writeable = False
+        return v
+
+    @property
+    def tokens(self):
+        """Token ids of the filled entries (read-only int32 view)."""
+        return self._view(self._tokens_np)
+
+    @property
+    def positions(self):
+        """Positions of the filled entries (read-only int32 view)."""
+        return self._view(self._pos_np)
+
+    @property
+    def seq_ids(self):
+        """First sequence id of each filled entry (read-only int32 view)."""
+        return self._view(self._seq_np[:, 0])
+
+    @property
+    def n_seq_ids(self):
+        """Number of sequences each filled entry belongs to (read-only int32 view)."""
+        return self._view(self._nseq_np)
+
+    @property
+    def outputs(self):
+        """Output flags of the filled entries (read-only bool view)."""
+        return self._view(self._out_np.view(np.bool_))
+
+    def entry_seq_ids(self, int i):
+        """All sequence ids of entry ``i``."""
+        if i < 0 or i >= self.n:
+            raise IndexError(f"entry {i} out of range (the batch holds {self.n})")
+        return [int(self._seq[i, k]) for k in range(self._nseq[i])]
+
+    def __repr__(self):
+        return f"Batch(n_tokens={self.n}, capacity={self.capacity}, n_seq_max={self.n_seq_max})"
+
+
+# ---------------------------------------------------------------------------
+# Context
+# ---------------------------------------------------------------------------
+
+cdef class _LogitsOwner:
+    """Base object of a logits view: keeps its context's C object alive."""
+    cdef ContextHandle ctx
+
+    def __dealloc__(self):
+        if self.ctx is not None:
+            self.ctx.n_views -= 1
+
+
+cdef class ContextHandle:
+    """Owns a ``llama_context`` and its reusable ``llama_batch_ext``."""
+
+    cdef llama_context * ptr
+    cdef llama_batch_ext * bext
+    cdef readonly ModelHandle model
+    cdef readonly ContextHandle other
+    cdef readonly uint32_t n_ctx, n_batch, n_ubatch, n_seq_max
+    cdef readonly bint is_mtp
+    cdef readonly uint64_t serial            # successful decodes so far
+    cdef Batch last_batch                     # batch of the last successful decode
+    cdef uint64_t last_version
+    cdef object last_outputs                  # int8 output flags of the last decode
+    cdef int32_t last_n_outputs
+    cdef int32_t out_capacity                 # rows llama.cpp's output buffer holds now
+    cdef public int n_views                   # live logits views into that buffer
+    cdef object __weakref__
+
+    def __cinit__(self, ModelHandle model, uint32_t n_ctx, uint32_t n_batch, uint32_t n_ubatch,
+                  uint32_t n_seq_max, bint mtp, ContextHandle other, int32_t n_threads,
+                  int32_t n_threads_batch):
+        cdef llama_context_params p = llama_context_default_params()
+        p.n_ctx = n_ctx
+        p.n_batch = n_batch
+        p.n_ubatch = n_ubatch
+        p.n_seq_max = n_seq_max
+        p.n_outputs_max = 0  # n_batch: a verify batch may ask for logits on every row
+        p.ctx_type = LLAMA_CONTEXT_TYPE_MTP if mtp else LLAMA_CONTEXT_TYPE_DEFAULT
+        p.no_perf = True
+        if n_threads > 0:
+            p.n_threads = n_threads
+        if n_threads_batch > 0:
+            p.n_threads_batch = n_threads_batch
+        p.ctx_other = other.ptr if other is not None else NULL
+        cdef llama_context * c
+        with nogil:
+            c = llama_init_from_model(model.ptr, p)
+        if c == NULL:
+            raise ContextError("llama.cpp could not create the context (see the 'eagle3' log for the reason)")
+        self.ptr = c
+        self.model = model
+        self.other = other
+        self.is_mtp = mtp
+        self.n_ctx = llama_n_ctx(c)
+        self.n_batch = llama_n_batch(c)
+        self.n_ubatch = llama_n_ubatch(c)
+        self.n_seq_max = llama_n_seq_max(c)
+        self.out_capacity = <int32_t> self.n_seq_max
+        self.bext = llama_batch_ext_init(c)
+        if self.bext == NULL:
+            llama_free(c)
+            self.ptr = NULL
+            raise ContextError("llama.cpp could not allocate a batch for the context")
+
+    def __dealloc__(self):
+        if self.bext != NULL:
+            llama_batch_ext_free(self.bext)
+            self.bext = NULL
+        if self.ptr != NULL:
+            llama_free(self.ptr)
+            self.ptr = NULL
+
+    @property
+    def n_threads(self):
+        return llama_n_threads(self.ptr)
+
+    cdef int _check_seq(self, int32_t seq_id) except -1:
+        if seq_id < 0 or <uint32_t> seq_id >= self.n_seq_max:
+            raise BadSeqIdError(seq_id, self.n_seq_max)
+        return 0
+
+    def decode(self, Batch batch):
+        """Decode ``batch``; raises DecodeError with the reason on failure."""
+        cdef int32_t n = batch.n
+        cdef int32_t i, k, s, idx, n_out = 0
+        cdef int32_t n_vocab = self.model.n_vocab
+        if n == 0:
+            raise DecodeError("the batch is empty")
+        if <uint32_t> n > self.n_batch:
+            raise DecodeError(f"the batch has {n} entries, more than this context's n_batch = {self.n_batch}")
+        # per-sequence positions must continue from what the KV cache holds
+        cdef int32_t n_seq = <int32_t> self.n_seq_max
+        next_pos_np = np.full(n_seq, -2**31, dtype=np.int64)
+        cdef int64_t[::1] next_pos = next_pos_np
+        cdef llama_memory_t mem = llama_get_memory(self.ptr)
+        for i in range(n):
+            if batch._tokens[i] < 0 or batch._tokens[i] >= n_vocab:
+                raise DecodeError(f"entry {i}: token {batch._tokens[i]} is not in the vocabulary (0..{n_vocab - 1})")
+            for k in range(batch._nseq[i]):
+                s = batch._seq[i, k]
+                if s < 0 or s >= n_seq:
+                    raise BadSeqIdError(s, n_seq)
+                if next_pos[s] == -2**31:
+                    next_pos[s] = llama_memory_seq_pos_max(mem, s) + 1
+                if batch._pos[i] != next_pos[s]:
+                    raise DecodeError(
+                        f"entry {i}: position {batch._pos[i]} in sequence {s}, but the sequence continues at "
+                        f"position {next_pos[s]} (positions must be consecutive; use seq_rm to drop a tail)")
+                next_pos[s] += 1
+            if batch._out[i]:
+                n_out += 1
+        if next_pos_np.max() > self.n_ctx:
+            raise DecodeError(f"the batch goes past the context size n_ctx = {self.n_ctx}")
+        if n_out > self.out_capacity and self.n_views > 0:
+            raise DecodeError(
+                "this decode needs a larger logits buffer, but logits views from an earlier decode are still "
+                "alive; delete them or keep copies (np.array(view)) instead")
+
+        llama_batch_ext_clear(self.bext)
+        for i in range(n):
+            idx = llama_batch_ext_add_token(self.bext, batch._seq[i, 0], batch._tokens[i])
+            if idx < 0:
+                raise DecodeError(f"entry {i} was rejected by llama.cpp (code {idx})")
+            llama_batch_ext_set_pos(self.bext, idx, &batch._pos[i])
+            for k in range(1, batch._nseq[i]):
+                llama_batch_ext_add_seq(self.bext, idx, batch._seq[i, k])
+            if batch._out[i]:
+                llama_batch_ext_set_output_logits(self.bext, idx, True)
+
+        cdef int32_t rc
+        with nogil:
+            rc = llama_process(self.ptr, LLAMA_PROCESS_TYPE_DECODE, self.bext)
+        if n_out > self.out_capacity:
+            self.out_capacity = n_out
+        if rc != 0:
+            self.last_batch = None
+            self.last_outputs = None
+            reason = {1: "no KV cache slot for the batch (the context is full; clear or seq_rm first)",
+                      2: "aborted", -1: "invalid batch"}.get(rc, "computation failed")
+            raise DecodeError(f"llama_decode returned {rc}: {reason}")
+        self.serial += 1
+        self.last_batch = batch
+        self.last_version = batch.version
+        self.last_outputs = batch._out_np[:n].copy()
+        self.last_n_outputs = n_out
+        return 0
+
+    def forget_outputs(self):
+        """Another component decoded on this context: the last outputs are gone."""
+        self.last_batch = None
+        self.last_outputs = None
+        self.last_n_outputs = 0
+
+    def is_last_decoded(self, Batch batch):
+        return self.last_batch is batch and self.last_version == batch.version
+
+    def logits(self, int32_t i):
+        """Read-only float32 view of the logits of batch entry ``i`` of the last decode."""
+        self.logits_check(i)
+        cdef float * p = llama_get_logits_ith(self.ptr, i)
+        if p == NULL:
+            raise DecodeError(f"llama.cpp has no logits for entry {i}")
+        cdef cnp.npy_intp dims[1]
+        dims[0] = self.model.n_vocab
+        arr = cnp.PyArray_SimpleNewFromData(1, dims, cnp.NPY_FLOAT32, <void *> p)
+        cnp.PyArray_CLEARFLAGS(<cnp.ndarray> arr, cnp.NPY_ARRAY_WRITEABLE)
+        cdef _LogitsOwner owner = _LogitsOwner.__new__(_LogitsOwner)
+        owner.ctx = self
+        self.n_views += 1
+        cnp.set_array_base(<cnp.ndarray> arr, owner)
+        return arr
+
+    def argmax(self, int32_t i):
+        """Index of the largest logit of entry ``i`` (no array is created)."""
+        self.logits_check(i)
+        cdef float * p = llama_get_logits_ith(self.ptr, i)
+        if p == NULL:
+            raise DecodeError(f"llama.cpp has no logits for entry {i}")
+        cdef int32_t j, best = 0
+        cdef int32_t nv = self.model.n_vocab
+        cdef float v = p[0]
+        for j in range(1, nv):
+            if p[j] > v:
+                v = p[j]
+                best = j
+        return best
+
+    cdef int logits_check(self, int32_t i) except -1:
+        if self.last_outputs is None:
+            raise DecodeError("no logits: nothing was decoded on this context since it last changed")
+        if i >= 0:
+            if i >= len(self.last_outputs) or not self.last_outputs[i]:
+                raise IndexError(f"entry {i} of the last batch did not request logits or does not exist")
+        elif -i > self.last_n_outputs:
+            raise IndexError(f"the last batch had {self.last_n_outputs} outputs, cannot index {i}")
+        return 0
+
+    def seq_rm(self, int32_t seq_id, int32_t p0, int32_t p1):
+        if seq_id != -1:
+            self._check_seq(seq_id)
+        cdef bint ok
+        with nogil:
+            ok = llama_memory_seq_rm(llama_get_memory(self.ptr), seq_id, p0, p1)
+        return ok
+
+    def seq_pos_max(self, int32_t seq_id):
+        self._check_seq(seq_id)
+        return llama_memory_seq_pos_max(llama_get_memory(self.ptr), seq_id)
+
+    def seq_pos_min(self, int32_t seq_id):
+        self._check_seq(seq_id)
+        return llama_memory_seq_pos_min(llama_get_memory(self.ptr), seq_id)
+
+    def clear(self):
+        with nogil:
+            llama_memory_clear(llama_get_memory(self.ptr), True)
+        self.forget_outputs()
+
+
+# ---------------------------------------------------------------------------
+# Speculative session
+# ---------------------------------------------------------------------------
+
+cdef object _raise_status(int rc, char * err, int32_t seq_id, int32_t n_seq):
+    msg = _err_text(err)
+    if rc == E3_ERR_SEQ:
+        raise BadSeqIdError(seq_id, n_seq)
+    if rc == E3_ERR_ARG:
+        raise ValueError(msg)
+    if rc == E3_ERR_STATE:
+        raise SessionStateError(msg)
+    if rc == E3_ERR_PROCESS:
+        raise ProcessError(msg)
+    if rc == E3_ERR_INIT:
+        raise SessionInitError(msg)
+    raise Eagle3Error(msg)
+
+
+cdef class SessionHandle:
+    """Owns an ``e3_spec`` (a ``common_speculative`` and its bookkeeping)."""
+
+    cdef e3_spec * ptr
+    cdef readonly ContextHandle target_ctx
+    cdef readonly ContextHandle draft_ctx
+    cdef readonly int32_t n_seq, n_draft_max, kind
+    cdef uint64_t created_serial
+    cdef uint64_t processed_serial
+    cdef object __weakref__
+
+    def __cinit__(self, int kind, ContextHandle target, ContextHandle draft, uint32_t n_seq,
+                  int32_t n_draft_max, int32_t n_min, float p_min):
+        cdef e3_spec_config cfg
+        cfg.n_seq = n_seq
+        cfg.n_draft_max = n_draft_max
+        cfg.n_min = n_min
+        cfg.p_min = p_min
+        cfg.type = kind
+        cdef char err[ERR_LEN]
+        err[0] = 0
+        cdef e3_spec * s
+        with nogil:
+            s = e3_spec_create(target.ptr, draft.ptr, &cfg, err, ERR_LEN)
+        if s == NULL:
+            raise SessionInitError(_err_text(err) or None)
+        self.ptr = s
+        self.target_ctx = target
+        self.draft_ctx = draft
+        self.kind = kind
+        self.n_seq = e3_spec_n_seq(s)
+        self.n_draft_max = e3_spec_n_draft_max(s)
+        self.created_serial = target.serial
+        self.processed_serial = target.serial
+
+    def __dealloc__(self):
+        # runs before the context handles are released: the spec goes first
+        if self.ptr != NULL:
+            e3_spec_free(self.ptr)
+            self.ptr = NULL
+
+    cdef int _check_seq(self, int32_t seq_id) except -1:
+        if seq_id < 0 or seq_id >= self.n_seq:
+            raise BadSeqIdError(seq_id, self.n_seq)
+        return 0
+
+    cdef int _check_draft_views(self) except -1:
+        if self.draft_ctx.n_views > 0:
+            raise SessionStateError(
+                "logits views of the draft context are alive; the session would overwrite them. Delete them first")
+        return 0
+
+    def begin(self, int32_t seq_id, prompt):
+        self._check_seq(seq_id)
+        arr = _as_int32_array(prompt, "prompt")
+        cdef const int32_t[::1] view = arr
+        cdef char err[ERR_LEN]
+        cdef int rc = e3_spec_begin(self.ptr, seq_id, &view[0] if view.shape[0] else NULL,
+                                    <int32_t> view.shape[0], err, ERR_LEN)
+        if rc != E3_OK:
+            _raise_status(rc, err, seq_id, self.n_seq)
+
+    def process(self, Batch batch):
+        tgt = self.target_ctx
+        if tgt.serial == self.created_serial:
+            raise SessionStateError(
+                "process() needs a batch decoded on the target after the session was created; decode first")
+        if not tgt.is_last_decoded(batch):
+            raise SessionStateError(
+                "process() takes the batch that was just decoded on the target context (this batch was not, "
+                "or was changed after decoding)")
+        if self.processed_serial == tgt.serial:
+            raise SessionStateError("this decode was already processed; decode the next batch first")
+        self._check_draft_views()
+        cdef int32_t n = batch.n
+        # private copies: the shim reads them without the GIL
+        tokens = batch._tokens_np[:n].copy()
+        pos = batch._pos_np[:n].copy()
+        seq = batch._seq_np[:n, 0].copy()
+        cdef const int32_t[::1] t = tokens
+        cdef const int32_t[::1] p = pos
+        cdef const int32_t[::1] s = seq
+        cdef char err[ERR_LEN]
+        err[0] = 0
+        cdef int rc
+        with nogil:
+            rc = e3_spec_process(self.ptr, n, &t[0], &p[0], &s[0], err, ERR_LEN)
+        self.draft_ctx.forget_outputs()
+        if rc != E3_OK:
+            bad = -1
+            if rc == E3_ERR_SEQ:
+                bad = int(seq[(seq < 0) | (seq >= self.n_seq)][0])
+            _raise_status(rc, err, bad, self.n_seq)
+        self.processed_serial = tgt.serial
+
+    cdef int _check_n_past(self, int32_t seq_id, int32_t n_past) except -1:
+        cdef int32_t expect = llama_memory_seq_pos_max(llama_get_memory(self.target_ctx.ptr), seq_id) + 1
+        if n_past != expect:
+            raise ValueError(
+                f"n_past = {n_past}, but the target holds {expect} tokens of sequence {seq_id}; n_past must be "
+                f"the number of tokens in the target's KV cache for that sequence")
+        return 0
+
+    def draft(self, int32_t seq_id, int32_t n_past, int32_t id_last, out=None):
+        """Draft for one sequence into ``out`` (or a new array); returns the filled view."""
+        self._check_seq(seq_id)
+        self._check_n_past(seq_id, n_past)
+        self._check_draft_views()
+        if out is None:
+            out = np.empty(self.n_draft_max, dtype=np.int32)
+        elif not (isinstance(out, np.ndarray) and out.dtype == np.int32 and out.ndim == 1
+                  and out.flags.c_contiguous and out.flags.writeable):
+            raise TypeError("out must be a writeable, contiguous, one-dimensional int32 NumPy array")
+        if out.shape[0] < self.n_draft_max:
+            raise ValueError(f"out has {out.shape[0]} elements; drafts can have up to {self.n_draft_max}")
+        cdef int32_t[::1] o = out
+        cdef int32_t n_out = 0
+        cdef int32_t n_max = 0
+        cdef char err[ERR_LEN]
+        err[0] = 0
+        cdef int rc
+        with nogil:
+            rc = e3_spec_draft(self.ptr, 1, &seq_id, &n_past, &id_last, &n_max, &o[0], <int32_t> o.shape[0],
+                               &n_out, err, ERR_LEN)
+        self.draft_ctx.forget_outputs()
+        if rc != E3_OK:
+            _raise_status(rc, err, seq_id, self.n_seq)
+        return out[:n_out]
+
+    def draft_many(self, seq_ids, n_past, id_last, n_max=None):
+        """Draft for several sequences in one call: ``(tokens[k, n_draft_max], lengths[k])``."""
+        sid = _as_int32_array(seq_ids, "seq_ids")
+        npast = _as_int32_array(n_past, "n_past")
+        last = _as_int32_array(id_last, "id_last")
+        k = sid.shape[0]
+        if npast.shape[0] != k or last.shape[0] != k:
+            raise ValueError("seq_ids, n_past and id_last must have the same length")
+        caps = np.zeros(k, np.int32) if n_max is None else _as_int32_array(n_max, "n_max")
+        if caps.shape[0] != k:
+            raise ValueError("n_max must have one entry per sequence")
+        for j in range(k):
+            self._check_seq(sid[j])
+            self._check_n_past(sid[j], npast[j])
+        self._check_draft_views()
+        out = np.zeros((k, self.n_draft_max), dtype=np.int32)
+        lengths = np.zeros(k, dtype=np.int32)
+        if k == 0:
+            return out, lengths
+        cdef const int32_t[::1] a = sid
+        cdef const int32_t[::1] b = npast
+        cdef const int32_t[::1] c = last
+        cdef const int32_t[::1] d = caps
+        cdef int32_t[:, ::1] o = out
+        cdef int32_t[::1] L = lengths
+        cdef char err[ERR_LEN]
+        err[0] = 0
+        cdef int rc
+        cdef int32_t nk = <int32_t> k
+        with nogil:
+            rc = e3_spec_draft(self.ptr, nk, &a[0], &b[0], &c[0], &d[0], &o[0, 0], self.n_draft_max,
+                               &L[0], err, ERR_LEN)
+        self.draft_ctx.forget_outputs()
+        if rc != E3_OK:
+            _raise_status(rc, err, -1, self.n_seq)
+        return out, lengths
+
+    def accept(self, int32_t seq_id, int32_t n_accepted):
+        self._check_seq(seq_id)
+        cdef char err[ERR_LEN]
+        err[0] = 0
+        cdef int rc = e3_spec_accept(self.ptr, seq_id, n_accepted, err, ERR_LEN)
+        if rc != E3_OK:
+            _raise_status(rc, err, seq_id, self.n_seq)
+
+    def pending(self, int32_t seq_id):
+        self._check_seq(seq_id)
+        return e3_spec_pending(self.ptr, seq_id)
+
+    def counters(self, int32_t seq_id=-1):
+        if seq_id >= 0:
+            self._check_seq(seq_id)
+        cdef e3_spec_counters c
+        e3_spec_counters_get(self.ptr, seq_id, &c)
+        per_pos = np.zeros(self.n_draft_max, dtype=np.int64)
+        cdef int64_t[::1] pp = per_pos
+        e3_spec_accept_per_pos(self.ptr, seq_id, &pp[0], self.n_draft_max)
+        return {
+            "n_draft_calls": c.n_draft_calls,
+            "n_drafted": c.n_drafted,
+            "n_accept_calls": c.n_accept_calls,
+            "n_accepted": c.n_accepted,
+            "n_process_calls": c.n_process_calls,
+            "t_draft_s": c.t_draft_us * 1e-6,
+            "t_process_s": c.t_process_us * 1e-6,
+            "t_accept_s": c.t_accept_us * 1e-6,
+            "accepted_per_position": per_pos,
+        }
+
+    def reset_counters(self):
+        e3_spec_reset_counters(self.ptr)
+
+    def print_stats(self):
+        e3_spec_print_stats(self.ptr)

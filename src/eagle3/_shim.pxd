@@ -1,0 +1,62 @@
+# Declarations from shim/eagle3_shim.h, the C ABI over common/speculative.h.
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+
+from eagle3._llama cimport llama_context
+
+
+cdef extern from "eagle3_shim.h" nogil:
+    enum:  # enum e3_spec_type (its name is also a function's)
+        E3_SPEC_EAGLE3
+        E3_SPEC_MTP
+
+    enum e3_status:
+        E3_OK
+        E3_ERR_INIT
+        E3_ERR_PROCESS
+        E3_ERR_SEQ
+        E3_ERR_ARG
+        E3_ERR_STATE
+        E3_ERR_EXCEPTION
+
+    ctypedef struct e3_spec_config:
+        uint32_t n_seq
+        int32_t n_draft_max
+        int32_t n_min
+        float p_min
+        int32_t type
+
+    ctypedef struct e3_spec_counters:
+        uint64_t n_draft_calls
+        uint64_t n_drafted
+        uint64_t n_accept_calls
+        uint64_t n_accepted
+        uint64_t n_process_calls
+        double t_process_us
+        double t_draft_us
+        double t_accept_us
+
+    ctypedef struct e3_spec
+
+    e3_spec * e3_spec_create(llama_context * ctx_tgt, llama_context * ctx_dft, const e3_spec_config * cfg,
+                             char * err, size_t n_err)
+    void e3_spec_free(e3_spec * spec)
+    int32_t e3_spec_n_seq(const e3_spec * spec)
+    int32_t e3_spec_n_draft_max(const e3_spec * spec)
+    int32_t e3_spec_type(const e3_spec * spec)
+    int e3_spec_begin(e3_spec * spec, int32_t seq_id, const int32_t * prompt, int32_t n_prompt,
+                      char * err, size_t n_err)
+    int e3_spec_process(e3_spec * spec, int32_t n_tokens, const int32_t * tokens, const int32_t * pos,
+                        const int32_t * seq_ids, char * err, size_t n_err)
+    int e3_spec_draft(e3_spec * spec, int32_t n_req, const int32_t * seq_ids, const int32_t * n_past,
+                      const int32_t * id_last, const int32_t * n_max, int32_t * out, int32_t out_stride,
+                      int32_t * out_len, char * err, size_t n_err)
+    int e3_spec_accept(e3_spec * spec, int32_t seq_id, int32_t n_accepted, char * err, size_t n_err)
+    int32_t e3_spec_pending(const e3_spec * spec, int32_t seq_id)
+    int e3_spec_counters_get(const e3_spec * spec, int32_t seq_id, e3_spec_counters * out)
+    int e3_spec_accept_per_pos(const e3_spec * spec, int32_t seq_id, int64_t * out, int32_t n)
+    void e3_spec_reset_counters(e3_spec * spec)
+    void e3_spec_print_stats(const e3_spec * spec)
+
+    ctypedef void (*e3_log_callback)(int level, const char * text, void * user_data) noexcept
+    void e3_log_set(e3_log_callback cb, void * user_data)
+    void e3_log_set_common_verbosity(int verbosity)

@@ -1,0 +1,151 @@
+"""Contexts: a model's KV cache, batch decoding and logits."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eagle3 import _core
+from eagle3._core import Batch
+from eagle3._lifetime import Resource
+from eagle3.errors import ContextError
+from eagle3.model import Model
+
+_CTX_TYPES = ("default", "mtp")
+
+
+class Context(Resource):
+    """A llama.cpp context over a :class:`Model`.
+
+    ``Context(model, n_ctx=512, n_batch=512, n_ubatch=None, n_seq_max=1,
+    ctx_type="default", other=None, n_threads=None)``.
+
+    A draft context for an EAGLE-3 session is created against its target
+    with ``other=target_ctx`` (llama.cpp's ``ctx_other``: the draft borrows
+    the target's embeddings and output head); its sizes then default to the
+    target's. An MTP draft context is ``Context(model, ctx_type="mtp")`` over
+    the target's own model.
+
+    The context keeps its model alive; closing the context first closes the
+    sessions and draft contexts that depend on it.
+    """
+
+    _kind = "context"
+
+    def __init__(self, model: Model, n_ctx: int | None = None, n_batch: int | None = None,
+                 n_ubatch: int | None = None, n_seq_max: int | None = None, ctx_type: str = "default",
+                 other: Context | None = None, n_threads: int | None = None,
+                 n_threads_batch: int | None = None) -> None:
+        if not isinstance(model, Model):
+            raise TypeError(f"model must be an eagle3.Model, got {type(model).__name__}")
+        if ctx_type not in _CTX_TYPES:
+            raise ValueError(f"ctx_type must be one of {_CTX_TYPES}, got {ctx_type!r}")
+        if other is not None and not isinstance(other, Context):
+            raise TypeError(f"other must be an eagle3.Context, got {type(other).__name__}")
+        model_handle = model._live()
+        other_handle = other._live() if other is not None else None
+        # a draft context shares its target's lock: a session drives both
+        super().__init__(lock=other._lock if other is not None else None)
+
+        if other is not None:
+            n_ctx = other.n_ctx if n_ctx is None else n_ctx
+            n_batch = other.n_batch if n_batch is None else n_batch
+            n_ubatch = other.n_ubatch if n_ubatch is None else n_ubatch
+            n_seq_max = other.n_seq_max if n_seq_max is None else n_seq_max
+        n_ctx = 512 if n_ctx is None else n_ctx
+        n_batch = min(512, n_ctx) if n_batch is None else n_batch
+        n_ubatch = n_batch if n_ubatch is None else n_ubatch
+        n_seq_max = 1 if n_seq_max is None else n_seq_max
+        for name, value, lo in (("n_ctx", n_ctx, 1), ("n_batch", n_batch, 1), ("n_ubatch", n_ubatch, 1),
+                                ("n_seq_max", n_seq_max, 1)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+        if n_seq_max > 256:
+            raise ValueError(f"n_seq_max must be <= 256 (llama.cpp's limit), got {n_seq_max}")
+        if n_ctx > 2**31 - 1 or n_batch > 2**31 - 1:
+            raise ValueError("n_ctx and n_batch must fit in int32")
+        if n_ubatch > n_batch:
+            raise ValueError(f"n_ubatch ({n_ubatch}) must be <= n_batch ({n_batch})")
+        if ctx_type == "mtp" and model.n_layer_nextn <= 0:
+            raise ContextError(
+                f"ctx_type='mtp' needs a model with NextN (MTP) layers loaded with load_mtp=True; "
+                f"{model.path} has {model.n_layer_nextn}")
+        threads = [0 if t is None else int(t) for t in (n_threads, n_threads_batch)]
+        if threads[1] == 0:
+            threads[1] = threads[0]
+        if any(t < 0 for t in threads):
+            raise ValueError("n_threads must be positive")
+
+        self.model = model
+        self.other = other
+        self.ctx_type = ctx_type
+        self._handle = _core.ContextHandle(model_handle, n_ctx, n_batch, n_ubatch, n_seq_max,
+                                           ctx_type == "mtp", other_handle, *threads)
+        h = self._handle
+        self.n_ctx: int = h.n_ctx
+        self.n_batch: int = h.n_batch
+        self.n_ubatch: int = h.n_ubatch
+        self.n_seq_max: int = h.n_seq_max
+        model._adopt(self)
+        if other is not None:
+            other._adopt(self)
+
+    @property
+    def n_threads(self) -> int:
+        return self._live().n_threads
+
+    def decode(self, batch: Batch) -> None:
+        """Decode ``batch``; raises :class:`DecodeError` (with the reason) on failure.
+
+        Positions of each sequence must continue from what the cache holds.
+        The GIL is released while llama.cpp computes.
+        """
+        if not isinstance(batch, Batch):
+            raise TypeError(f"batch must be an eagle3.Batch, got {type(batch).__name__}")
+        with self._lock:
+            self._live().decode(batch)
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        """Logits of entry ``i`` of the last decoded batch (``-1``: its last output).
+
+        A read-only float32 view of llama.cpp's own buffer (no copy) whose
+        base object keeps the context's memory alive. The values are those of
+        the last decode: the next decode overwrites them, so copy what you
+        want to keep (``np.array(view)``).
+        """
+        with self._lock:
+            return self._live().logits(int(i))
+
+    def argmax(self, i: int = -1) -> int:
+        """Greedy token of entry ``i`` of the last decoded batch, without creating an array."""
+        with self._lock:
+            return self._live().argmax(int(i))
+
+    def seq_rm(self, seq_id: int, p0: int = 0, p1: int = -1) -> bool:
+        """Remove positions ``[p0, p1)`` of a sequence (``p1 < 0``: to the end;
+        ``seq_id = -1``: every sequence). Returns False when the memory cannot
+        remove a partial range."""
+        with self._lock:
+            return bool(self._live().seq_rm(int(seq_id), int(p0), int(p1)))
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position held for a sequence, -1 if it is empty."""
+        with self._lock:
+            return self._live().seq_pos_max(int(seq_id))
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        """Smallest position held for a sequence, -1 if it is empty."""
+        with self._lock:
+            return self._live().seq_pos_min(int(seq_id))
+
+    def clear(self) -> None:
+        """Empty the KV cache of every sequence."""
+        with self._lock:
+            self._live().clear()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"Context(closed, model={self.model.path!r})"
+        kind = f", ctx_type={self.ctx_type!r}" if self.ctx_type != "default" else ""
+        draft = ", other=<target>" if self.other is not None else ""
+        return (f"Context(n_ctx={self.n_ctx}, n_batch={self.n_batch}, n_seq_max={self.n_seq_max}{kind}{draft}, "
+                f"model={self.model.path!r})")

@@ -1,0 +1,93 @@
+"""The eagle3 exception hierarchy.
+
+Every error the package raises derives from :class:`Eagle3Error`. The first
+four mirror the variants of the Rust ``Eagle3SessionError`` this API follows;
+errors about a wrong value also derive from :class:`ValueError`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Eagle3Error",
+    "SessionInitError",
+    "ProcessError",
+    "BadSeqIdError",
+    "InvalidConfigError",
+    "ModelLoadError",
+    "ContextError",
+    "DecodeError",
+    "BatchError",
+    "SessionStateError",
+    "ClosedError",
+]
+
+
+class Eagle3Error(Exception):
+    """Base class of every error raised by eagle3."""
+
+
+class SessionInitError(Eagle3Error):
+    """The speculative session could not be created.
+
+    The most common cause is a draft that is not a valid EAGLE-3 draft model
+    for this target, or contexts that do not fit together.
+    """
+
+    default_message = (
+        "failed to create EAGLE-3 draft session — check that `draft` is a context over a valid EAGLE-3 "
+        "draft model (3 extract layers) built from the same target"
+    )
+
+    def __init__(self, reason: str | None = None):
+        self.reason = reason
+        super().__init__(f"{self.default_message}: {reason}" if reason else self.default_message)
+
+
+class ProcessError(Eagle3Error):
+    """``process()`` failed on the underlying speculative context."""
+
+    def __init__(self, reason: str | None = None):
+        self.reason = reason
+        message = "EAGLE-3 process failed (see llama.cpp logs)"
+        super().__init__(f"{message}: {reason}" if reason else message)
+
+
+class BadSeqIdError(Eagle3Error, ValueError):
+    """A sequence id outside ``[0, n_seq)``."""
+
+    def __init__(self, seq_id: int, n_seq: int):
+        self.seq_id = seq_id
+        self.n_seq = n_seq
+        super().__init__(f"sequence id {seq_id} out of range (n_seq = {n_seq})")
+
+
+class InvalidConfigError(Eagle3Error, ValueError):
+    """An invalid session configuration (for example ``n_draft_max <= 0``)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"invalid EAGLE-3 session config: {reason}")
+
+
+class ModelLoadError(Eagle3Error):
+    """A model file could not be loaded."""
+
+
+class ContextError(Eagle3Error):
+    """A context could not be created with the given parameters."""
+
+
+class DecodeError(Eagle3Error):
+    """A batch could not be decoded (bad batch, no KV slot, or a failed computation)."""
+
+
+class BatchError(Eagle3Error, ValueError):
+    """A batch operation with invalid arguments (full batch, bad sequence id, ...)."""
+
+
+class SessionStateError(Eagle3Error):
+    """A session call out of order, for example ``accept()`` without ``draft()``."""
+
+
+class ClosedError(Eagle3Error):
+    """The object (or one it depends on) was closed."""

@@ -1,0 +1,106 @@
+"""Models: a GGUF file loaded by llama.cpp."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from eagle3 import _core
+from eagle3._lifetime import Resource
+from eagle3.errors import ModelLoadError
+
+
+class Model(Resource):
+    """A llama.cpp model loaded from a GGUF file.
+
+    ``Model(path, n_gpu_layers=0, load_mtp=None)``. ``load_mtp`` loads the
+    NextN (MTP) heads a model may carry; ``None`` loads them when the file has
+    any. Close it (or use ``with``) to free it; closing a model first closes
+    every context created over it.
+    """
+
+    _kind = "model"
+
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, *, load_mtp: bool | None = None,
+                 vocab_only: bool = False, check_tensors: bool = False) -> None:
+        super().__init__()
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise ModelLoadError(f"{self.path}: no such file")
+        if os.path.isdir(self.path):
+            raise ModelLoadError(f"{self.path}: is a directory, not a GGUF file")
+        self._metadata, self._metadata_types, self._tensors = _core.read_gguf(self.path)
+        self.architecture: str = str(self._metadata.get("general.architecture", ""))
+        if load_mtp is None:
+            load_mtp = int(self._metadata.get(f"{self.architecture}.nextn_predict_layers", 0) or 0) > 0
+        self.load_mtp = bool(load_mtp)
+        self._handle = _core.ModelHandle(self.path, n_gpu_layers, self.load_mtp, vocab_only, check_tensors)
+        h = self._handle
+        self.n_vocab: int = h.n_vocab
+        self.n_layer: int = h.n_layer
+        self.n_layer_nextn: int = h.n_layer_nextn
+        self.n_embd: int = h.n_embd
+        self.n_head: int = h.n_head
+        self.n_head_kv: int = h.n_head_kv
+        self.n_ctx_train: int = h.n_ctx_train
+        self.bos: int = h.bos
+        self.eos: int = h.eos
+        self.add_bos: bool = h.add_bos
+        self.n_params: int = h.n_params
+        self.size: int = h.size
+        self.description: str = h.description()
+
+    # -- metadata ----------------------------------------------------------
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The GGUF metadata: numbers, strings, tuples of strings and read-only NumPy arrays."""
+        return dict(self._metadata)
+
+    @property
+    def metadata_types(self) -> dict[str, str]:
+        """The GGUF type of each metadata key (``"uint32"``, ``"array[int32]"``, ...)."""
+        return dict(self._metadata_types)
+
+    @property
+    def tensors(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Tensor name -> (shape in ggml order, ggml type name), from the GGUF header."""
+        return dict(self._tensors)
+
+    # -- vocabulary --------------------------------------------------------
+
+    def _vocab(self):
+        h = self._live()
+        if not h.has_vocab:
+            raise ValueError(f"{self.path} has no vocabulary; it cannot tokenize")
+        return h
+
+    def tokenize(self, text: str, add_bos: bool = True, *, special: bool = False) -> np.ndarray:
+        """Token ids of ``text`` as an int32 array. ``add_bos`` adds the model's
+        BOS (and other automatic special tokens) where the vocabulary uses
+        them; ``special`` parses special-token text such as ``<s>``."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, got {type(text).__name__}")
+        return self._vocab().tokenize(text, add_bos, special)
+
+    def detokenize(self, tokens, *, remove_special: bool = False, unparse_special: bool = False) -> str:
+        """Text of a sequence of token ids."""
+        arr = np.ascontiguousarray(np.asarray(tokens).reshape(-1))
+        if arr.size and arr.dtype.kind not in "iu":
+            raise TypeError(f"tokens must be integers, got dtype {arr.dtype}")
+        if arr.size and (arr.min() < 0 or arr.max() >= self.n_vocab):
+            raise ValueError(f"token ids must be in [0, {self.n_vocab})")
+        return self._vocab().detokenize(arr.astype(np.int32), remove_special, unparse_special)
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, ...)."""
+        token = int(token)
+        if not 0 <= token < self.n_vocab:
+            return False
+        return bool(self._live().is_eog(token))
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"n_layer={self.n_layer}, n_embd={self.n_embd}, n_vocab={self.n_vocab}"
+        return f"Model({self.path!r}, architecture={self.architecture!r}, {state})"

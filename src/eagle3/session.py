@@ -1,0 +1,309 @@
+"""Speculative-decoding sessions: EAGLE-3 and MTP.
+
+:class:`Eagle3Session` drives **EAGLE-3** speculative decoding
+(``COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3`` in llama.cpp): a target model plus
+a small, separately trained EAGLE-3 draft model that predicts the next tokens
+from hidden states extracted out of the target. :class:`MtpSession` drives
+**MTP**, where the draft heads (NextN layers) live inside the target model.
+Both share one lifecycle and differ only in how the draft context is built:
+
+================  ================================  ================================
+..                EAGLE-3 (``Eagle3Session``)       MTP (``MtpSession``)
+================  ================================  ================================
+draft weights     a separate EAGLE-3 draft model    the target model itself
+draft context     ``Context(draft_model,            ``Context(target_model,
+                  other=target_ctx)``               ctx_type="mtp")``
+requirement       the draft names 3 target layers   the target has NextN layers
+================  ================================  ================================
+
+The speculative loop, after each decode on the **target** context::
+
+    target.decode(batch)
+    session.process(batch)
+    drafts = session.draft(0, n_past, last_token)
+    # verify drafts on the target, count the accepted ones ...
+    session.accept(0, n_accepted)
+
+The session turns on the hidden-state extraction it needs on both contexts
+when it is created, so create it before the first target decode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from eagle3 import _core
+from eagle3._core import Batch
+from eagle3._lifetime import Resource
+from eagle3.context import Context
+from eagle3.errors import InvalidConfigError, SessionInitError
+
+
+@dataclasses.dataclass(frozen=True)
+class Eagle3SessionConfig:
+    """Parameters of a speculative session, as in llama.cpp's
+    ``common_params_speculative_draft``.
+
+    ``Eagle3SessionConfig(n_seq, n_draft_max)``; ``n_min`` (default 0) and
+    ``p_min`` (default 0.0) via :meth:`with_n_min` and :meth:`with_p_min`.
+    """
+
+    n_seq: int = 1
+    """Number of concurrent sequences (usually 1)."""
+    n_draft_max: int = 3
+    """Maximum tokens drafted per :meth:`Eagle3Session.draft` call (``n_max`` upstream)."""
+    n_min: int = 0
+    """Drafts shorter than this are dropped (``n_min`` upstream)."""
+    p_min: float = 0.0
+    """Drafting stops when the best candidate's probability falls below this (``p_min`` upstream)."""
+
+    def with_n_min(self, n_min: int) -> Eagle3SessionConfig:
+        """A copy with the minimum draft length set."""
+        return dataclasses.replace(self, n_min=n_min)
+
+    def with_p_min(self, p_min: float) -> Eagle3SessionConfig:
+        """A copy with the draft probability floor set."""
+        return dataclasses.replace(self, p_min=p_min)
+
+    def validate(self) -> None:
+        """Raise :class:`InvalidConfigError` if a value is out of range."""
+        def is_int(v: Any) -> bool:
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+        if not is_int(self.n_seq) or self.n_seq <= 0:
+            raise InvalidConfigError("n_seq must be > 0")
+        if self.n_seq > 256:
+            raise InvalidConfigError("n_seq must be <= 256")
+        if not is_int(self.n_draft_max) or self.n_draft_max <= 0:
+            raise InvalidConfigError("n_draft_max must be > 0")
+        if self.n_draft_max > 65535:
+            raise InvalidConfigError("n_draft_max must be <= 65535")
+        if not is_int(self.n_min) or not 0 <= self.n_min <= self.n_draft_max:
+            raise InvalidConfigError("n_min must be in [0, n_draft_max]")
+        if not isinstance(self.p_min, (int, float, np.floating)) or isinstance(self.p_min, bool) \
+                or not 0.0 <= float(self.p_min) <= 1.0:
+            raise InvalidConfigError("p_min must be in [0, 1]")
+
+
+class _SpeculativeSession(Resource):
+    """The lifecycle shared by EAGLE-3 and MTP sessions."""
+
+    _kind = "session"
+    _spec_type: int = -1
+
+    def __init__(self, target_ctx: Context, draft_ctx: Context, n_seq: int = 1, n_draft_max: int = 3,
+                 n_min: int = 0, p_min: float = 0.0, *, config: Eagle3SessionConfig | None = None) -> None:
+        if config is None:
+            config = Eagle3SessionConfig(n_seq, n_draft_max, n_min, p_min)
+        elif not isinstance(config, Eagle3SessionConfig):
+            raise TypeError(f"config must be an Eagle3SessionConfig, got {type(config).__name__}")
+        config.validate()
+        for name, ctx in (("target_ctx", target_ctx), ("draft_ctx", draft_ctx)):
+            if not isinstance(ctx, Context):
+                raise TypeError(f"{name} must be an eagle3.Context, got {type(ctx).__name__}")
+        if target_ctx is draft_ctx:
+            raise SessionInitError("the target and draft contexts must be two different contexts")
+        self._check_contexts(target_ctx, draft_ctx)
+        super().__init__(lock=target_ctx._lock)
+        self._draft_lock = draft_ctx._lock if draft_ctx._lock is not target_ctx._lock else None
+        self.target = target_ctx
+        self.draft_ctx = draft_ctx
+        self._config = config
+        with self._lock:
+            self._handle = _core.SessionHandle(self._spec_type, target_ctx._live(), draft_ctx._live(),
+                                               config.n_seq, config.n_draft_max, config.n_min,
+                                               float(config.p_min))
+        target_ctx._adopt(self)
+        draft_ctx._adopt(self)
+
+    def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
+        raise NotImplementedError
+
+    # serialize against the draft context too when it has a lock of its own (MTP)
+    def _acquire(self):
+        self._lock.acquire()
+        if self._draft_lock is not None:
+            self._draft_lock.acquire()
+
+    def _release(self):
+        if self._draft_lock is not None:
+            self._draft_lock.release()
+        self._lock.release()
+
+    # -- configuration -----------------------------------------------------
+
+    @property
+    def config(self) -> Eagle3SessionConfig:
+        """The configuration given at construction."""
+        return self._config
+
+    @property
+    def n_seq(self) -> int:
+        return self._config.n_seq
+
+    @property
+    def n_draft_max(self) -> int:
+        """Maximum tokens per draft."""
+        return self._config.n_draft_max
+
+    @property
+    def n_min(self) -> int:
+        return self._config.n_min
+
+    @property
+    def p_min(self) -> float:
+        return self._config.p_min
+
+    @property
+    def need_embd(self) -> bool:
+        """True when the backend needs post-norm embeddings on the target
+        (``llama_set_embeddings``). EAGLE-3 and MTP in this llama.cpp read
+        pre-norm hidden states instead, so this is False."""
+        self._live()
+        return False
+
+    @property
+    def need_embd_pre_norm(self) -> bool:
+        """True when the backend needs pre-norm hidden states on the target.
+        Configured automatically when the session is created."""
+        self._live()
+        return True
+
+    # -- the speculative loop ----------------------------------------------
+
+    def begin(self, seq_id: int, prompt) -> None:
+        """Optional: call at the start of a generation with the prompt tokens
+        just decoded into the target for ``seq_id``."""
+        self._acquire()
+        try:
+            self._live().begin(int(seq_id), prompt)
+        finally:
+            self._release()
+
+    def process(self, batch: Batch) -> None:
+        """Hand the session the batch that was just decoded on the target.
+
+        Call after every successful ``target.decode(batch)`` so the session
+        can harvest the hidden states it drafts from. Raises
+        :class:`ProcessError` if the draft side fails, and
+        :class:`SessionStateError` for a batch that is not the one just decoded.
+        """
+        if not isinstance(batch, Batch):
+            raise TypeError(f"batch must be an eagle3.Batch, got {type(batch).__name__}")
+        self._acquire()
+        try:
+            self._live().process(batch)
+        finally:
+            self._release()
+
+    def draft(self, seq_id: int, n_past: int, id_last: int, *, out: np.ndarray | None = None) -> np.ndarray:
+        """Draft up to :attr:`n_draft_max` tokens for ``seq_id``.
+
+        ``n_past`` is the number of tokens in the target's KV cache for the
+        sequence; ``id_last`` the last token sampled on the target (not yet
+        decoded). Returns an int32 array; the C code writes straight into its
+        buffer (``out``, if given, else a new array: the result is a view of it).
+        """
+        self._acquire()
+        try:
+            return self._live().draft(int(seq_id), int(n_past), int(id_last), out)
+        finally:
+            self._release()
+
+    def draft_many(self, seq_ids, n_past, id_last) -> tuple[np.ndarray, np.ndarray]:
+        """Draft for several sequences in one call.
+
+        Returns ``(tokens, lengths)``: row ``k`` of the int32 matrix ``tokens``
+        holds ``lengths[k]`` drafted tokens for ``seq_ids[k]``.
+        """
+        self._acquire()
+        try:
+            return self._live().draft_many(seq_ids, n_past, id_last)
+        finally:
+            self._release()
+
+    def accept(self, seq_id: int, n_accepted: int) -> None:
+        """Report how many tokens of the last draft of ``seq_id`` the target
+        accepted (0 when every draft token was rejected)."""
+        self._acquire()
+        try:
+            self._live().accept(int(seq_id), int(n_accepted))
+        finally:
+            self._release()
+
+    # -- statistics --------------------------------------------------------
+
+    def stats(self, seq_id: int | None = None) -> dict[str, Any]:
+        """Counters since creation (or :meth:`reset_stats`), of one sequence or all.
+
+        Keys: ``n_draft_calls``, ``n_drafted``, ``n_accept_calls``,
+        ``n_accepted``, ``acceptance_rate`` (accepted / drafted),
+        ``mean_accepted_length`` (tau: 1 + accepted per accept call),
+        ``accepted_per_position`` (int64 array: accept calls that accepted
+        more than k tokens), and ``t_draft_s``, ``t_process_s``, ``t_accept_s``.
+        """
+        with self._lock:
+            c = self._live().counters(-1 if seq_id is None else int(seq_id))
+        c["acceptance_rate"] = c["n_accepted"] / c["n_drafted"] if c["n_drafted"] else 0.0
+        c["mean_accepted_length"] = 1.0 + c["n_accepted"] / c["n_accept_calls"] if c["n_accept_calls"] else 0.0
+        return c
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._live().reset_counters()
+
+    def print_stats(self) -> None:
+        """Log the speculative statistics (draft and accept counts, timings)
+        at INFO level on the ``eagle3`` logger."""
+        with self._lock:
+            self._live().print_stats()
+
+    def __repr__(self) -> str:
+        c = self._config
+        state = "closed" if self.closed else "open"
+        return (f"{type(self).__name__}(n_seq={c.n_seq}, n_draft_max={c.n_draft_max}, n_min={c.n_min}, "
+                f"p_min={c.p_min}, {state})")
+
+
+class Eagle3Session(_SpeculativeSession):
+    """An EAGLE-3 draft session over a target context and an EAGLE-3 draft context.
+
+    ``Eagle3Session(target_ctx, draft_ctx, n_seq=1, n_draft_max=3, n_min=0,
+    p_min=0.0)`` or ``Eagle3Session(target_ctx, draft_ctx, config=cfg)``.
+    ``target_ctx`` is a default context over the main model; ``draft_ctx`` a
+    context over a separate EAGLE-3 draft model trained against that target,
+    created with ``other=target_ctx``.
+
+    Raises :class:`SessionInitError` when the pair does not fit (for example
+    a draft that is not a valid EAGLE-3 model) and
+    :class:`InvalidConfigError` for a bad configuration. The session keeps
+    both contexts alive; closing either context closes the session first.
+    """
+
+    _spec_type = _core.SPEC_EAGLE3
+
+    def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
+        if draft_ctx.ctx_type != "default":
+            raise SessionInitError("an EAGLE-3 draft context has ctx_type='default'")
+        if draft_ctx.other is not None and draft_ctx.other is not target_ctx:
+            raise SessionInitError("the draft context was created against a different target (other=)")
+
+
+class MtpSession(_SpeculativeSession):
+    """An MTP draft session: the target's own NextN heads draft the tokens.
+
+    ``MtpSession(target_ctx, mtp_ctx, ...)`` with the same arguments as
+    :class:`Eagle3Session`, where ``mtp_ctx = Context(target_model,
+    ctx_type="mtp")``.
+    """
+
+    _spec_type = _core.SPEC_MTP
+
+    def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
+        if draft_ctx.ctx_type != "mtp":
+            raise SessionInitError("an MTP session needs a draft context created with ctx_type='mtp'")
+        if target_ctx.ctx_type != "default":
+            raise SessionInitError("the target context of an MTP session has ctx_type='default'")

@@ -1,0 +1,282 @@
+"""Tiny synthesized models for tests, examples and experiments.
+
+Writes GGUF files with the gguf-py of the llama.cpp tree eagle3 was built
+from: a ``llama`` target and an ``eagle3`` draft for it, of any shape.
+
+Two kinds of weights:
+
+* ``"random"``: every weight random. Acceptance is near zero, but the
+  pair exercises every code path with real shapes.
+* ``"chain"``: the target's greedy next token is a fixed permutation ``f``
+  of the current token (its blocks add only ``noise``), and an ``"aligned"``
+  draft predicts ``f`` for a fraction ``agreement`` of the vocabulary through
+  its attention. Acceptance is then high and partial, so drafts of every
+  length get accepted, partly accepted and rolled back.
+
+The vocabulary is llama.cpp's ``"test"`` tokenizer: ``n_vocab`` tokens,
+text hashed in 5-byte chunks, tokens rendered as hexadecimal ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+
+from eagle3 import _pinned
+
+__all__ = ["TargetSpec", "DraftSpec", "write_target", "write_eagle3_draft", "write_pair"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetSpec:
+    """Shape and weights of a synthesized ``llama`` target."""
+
+    n_layer: int = 4
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 128
+    n_vocab: int = 256
+    n_ctx_train: int = 4096
+    weights: str = "random"  # "random" or "chain"
+    noise: float = 0.02      # chain: scale of what the blocks add to the residual
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.weights not in ("random", "chain"):
+            raise ValueError(f"weights must be 'random' or 'chain', got {self.weights!r}")
+        if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
+            raise ValueError("n_embd must divide by n_head and n_head by n_head_kv")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftSpec:
+    """Shape and weights of a synthesized EAGLE-3 draft for a :class:`TargetSpec`.
+
+    ``target_layers`` defaults to ``(1, n_layer // 2, n_layer - 1)``;
+    ``d2t`` gives the draft its own smaller vocabulary of that many tokens
+    with a draft-to-target map; ``own_embeddings`` gives it its own
+    ``token_embd`` and ``output`` (required when ``n_embd`` differs from the
+    target's). ``weights="aligned"`` (for a ``"chain"`` target) predicts the
+    target's next token for a fraction ``agreement`` of the vocabulary.
+    """
+
+    n_embd: int | None = None
+    n_head: int = 4
+    n_head_kv: int = 4
+    n_ff: int = 128
+    target_layers: tuple[int, int, int] | None = None
+    d2t: int | None = None
+    own_embeddings: bool = False
+    own_output: bool | None = None
+    norm_before_fc: bool = False
+    weights: str = "random"  # "random" or "aligned"
+    agreement: float = 0.7
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.weights not in ("random", "aligned"):
+            raise ValueError(f"weights must be 'random' or 'aligned', got {self.weights!r}")
+        if not 0.0 <= self.agreement <= 1.0:
+            raise ValueError("agreement must be in [0, 1]")
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _dense(rng: np.random.Generator, n_out: int, n_in: int, scale: float = 1.0) -> np.ndarray:
+    # numpy shape (n_out, n_in) is ggml ne = {n_in, n_out}
+    return (rng.standard_normal((n_out, n_in)) * (scale / np.sqrt(n_in))).astype(np.float32)
+
+
+def _embeddings(spec: TargetSpec) -> np.ndarray:
+    return _rng(spec.seed).standard_normal((spec.n_vocab, spec.n_embd)).astype(np.float32)
+
+
+def chain_map(spec: TargetSpec) -> np.ndarray:
+    """For a ``"chain"`` target: ``next[t]``, the target's greedy successor of token ``t``."""
+    return _rng(spec.seed + 7919).permutation(spec.n_vocab).astype(np.int64)
+
+
+def _add_tokenizer(writer, n_vocab: int) -> None:
+    writer.add_tokenizer_model("test")
+    writer.add_token_list([f"tok_{i}" for i in range(n_vocab)])
+    writer.add_token_scores([0.0] * n_vocab)
+
+
+def _write(writer, tensors: dict[str, np.ndarray]) -> None:
+    for name, value in tensors.items():
+        writer.add_tensor(name, np.ascontiguousarray(value))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def write_target(path: str | os.PathLike, spec: TargetSpec = TargetSpec()) -> Path:
+    """Write a ``llama`` target GGUF with the shape of ``spec``."""
+    gguf = _pinned.import_gguf()
+    path = Path(path)
+    rng = _rng(spec.seed + 1)
+    E, F, V = spec.n_embd, spec.n_ff, spec.n_vocab
+    D = spec.head_dim
+    kv = spec.n_head_kv * D
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(spec.n_ctx_train)
+    w.add_embedding_length(E)
+    w.add_block_count(spec.n_layer)
+    w.add_feed_forward_length(F)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(D)
+    w.add_vocab_size(V)
+    w.add_file_type(0)
+    _add_tokenizer(w, V)
+
+    emb = _embeddings(spec)
+    if spec.weights == "chain":
+        # logits = output @ norm(h), h ~ emb[t]: the row of f(t) is emb[t]
+        nxt = chain_map(spec)
+        output = np.empty_like(emb)
+        output[nxt] = emb
+        block_scale = spec.noise
+    else:
+        output = _dense(rng, V, E, 4.0)
+        block_scale = 1.0
+    tensors = {"token_embd.weight": emb, "output_norm.weight": np.ones(E, np.float32), "output.weight": output}
+    for i in range(spec.n_layer):
+        tensors.update({
+            f"blk.{i}.attn_norm.weight": np.ones(E, np.float32),
+            f"blk.{i}.attn_q.weight": _dense(rng, E, E),
+            f"blk.{i}.attn_k.weight": _dense(rng, kv, E),
+            f"blk.{i}.attn_v.weight": _dense(rng, kv, E),
+            f"blk.{i}.attn_output.weight": _dense(rng, E, E, block_scale),
+            f"blk.{i}.ffn_norm.weight": np.ones(E, np.float32),
+            f"blk.{i}.ffn_gate.weight": _dense(rng, F, E),
+            f"blk.{i}.ffn_up.weight": _dense(rng, F, E),
+            f"blk.{i}.ffn_down.weight": _dense(rng, E, F, block_scale),
+        })
+    _write(w, tensors)
+    return path
+
+
+def default_target_layers(n_layer: int) -> tuple[int, int, int]:
+    """Low, middle and high target layers for a draft of a target with ``n_layer`` layers."""
+    return (min(1, n_layer - 1), n_layer // 2, n_layer - 1)
+
+
+def write_eagle3_draft(path: str | os.PathLike, target: TargetSpec = TargetSpec(),
+                       spec: DraftSpec = DraftSpec()) -> Path:
+    """Write an ``eagle3`` draft GGUF for a target of shape ``target``."""
+    gguf = _pinned.import_gguf()
+    path = Path(path)
+    rng = _rng(spec.seed + 101)
+    E = spec.n_embd if spec.n_embd is not None else target.n_embd
+    Et, V, F = target.n_embd, target.n_vocab, spec.n_ff
+    D = E // spec.n_head
+    kv = spec.n_head_kv * D
+    own_output = spec.own_output
+    if own_output is None:
+        own_output = spec.own_embeddings or spec.d2t is not None or spec.weights == "aligned"
+    if spec.d2t is not None and not own_output:
+        raise ValueError("a draft with d2t needs its own output head")
+    if E != Et and not (spec.own_embeddings and own_output):
+        raise ValueError("a draft whose n_embd differs from the target's needs own embeddings and output")
+    if spec.weights == "aligned" and (target.weights != "chain" or E != Et or spec.n_head != spec.n_head_kv):
+        raise ValueError("an aligned draft needs a 'chain' target, the target's n_embd and n_head_kv == n_head")
+    layers = spec.target_layers if spec.target_layers is not None else default_target_layers(target.n_layer)
+
+    w = gguf.GGUFWriter(str(path), "eagle3")
+    w.add_context_length(target.n_ctx_train)
+    w.add_embedding_length(E)
+    w.add_block_count(1)
+    w.add_feed_forward_length(F)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_target_layers(list(layers))
+    w.add_target_hidden_size(Et)
+    w.add_norm_before_residual(spec.weights == "aligned")
+    w.add_norm_before_fc(spec.norm_before_fc)
+    w.add_vocab_size(V)
+    w.add_file_type(0)
+    _add_tokenizer(w, V)
+
+    draft_ids = np.arange(V, dtype=np.int64)
+    if spec.d2t is not None:
+        if not 0 < spec.d2t <= V:
+            raise ValueError(f"d2t must be in [1, {V}]")
+        draft_ids = np.sort(_rng(spec.seed + 5).choice(V, spec.d2t, replace=False)).astype(np.int64)
+
+    tensors: dict[str, np.ndarray] = {"fc.weight": _dense(rng, E, 3 * Et)}
+    if spec.norm_before_fc:
+        tensors["enc.output_norm.weight"] = np.ones(3 * Et, np.float32)
+    tensors["output_norm.weight"] = np.ones(E, np.float32)
+    if spec.weights == "aligned":
+        emb = _embeddings(target)
+        nxt = chain_map(target).copy()
+        wrong = _rng(spec.seed + 11).random(V) >= spec.agreement
+        nxt[wrong] = (nxt[wrong] + 1 + _rng(spec.seed + 13).integers(0, V - 1, wrong.sum())) % V
+        # logits row of token j is emb[t] for the t whose draft successor is j
+        full = np.zeros((V, E), np.float32)
+        full[nxt] = emb
+        output = full[draft_ids]
+        eye = np.eye(E, dtype=np.float32)
+        zero = np.zeros((E, E), np.float32)
+        scale = 4.0  # sharp attention: each position reads its own token
+        blk = {
+            "attn_norm.weight": np.ones(E, np.float32),
+            "attn_norm_2.weight": np.zeros(E, np.float32),
+            "attn_q.weight": np.concatenate([scale * eye, zero], axis=1),
+            "attn_k.weight": np.concatenate([scale * eye, zero], axis=1),
+            "attn_v.weight": np.concatenate([eye, zero], axis=1),
+            "attn_output.weight": eye,
+            "ffn_norm.weight": np.ones(E, np.float32),
+            "ffn_gate.weight": _dense(rng, F, E),
+            "ffn_up.weight": _dense(rng, F, E),
+            "ffn_down.weight": np.zeros((E, F), np.float32),
+        }
+    else:
+        output = _dense(rng, len(draft_ids), E, 4.0)
+        blk = {
+            "attn_norm.weight": np.ones(E, np.float32),
+            "attn_norm_2.weight": np.ones(E, np.float32),
+            "attn_q.weight": _dense(rng, spec.n_head * D, 2 * E),
+            "attn_k.weight": _dense(rng, kv, 2 * E),
+            "attn_v.weight": _dense(rng, kv, 2 * E),
+            "attn_output.weight": _dense(rng, E, spec.n_head * D),
+            "ffn_norm.weight": np.ones(E, np.float32),
+            "ffn_gate.weight": _dense(rng, F, E),
+            "ffn_up.weight": _dense(rng, F, E),
+            "ffn_down.weight": _dense(rng, E, F),
+        }
+    if own_output:
+        tensors["output.weight"] = output
+    if spec.d2t is not None:
+        tensors["d2t"] = draft_ids
+    if spec.own_embeddings:
+        tensors["token_embd.weight"] = _rng(spec.seed + 17).standard_normal((V, E)).astype(np.float32)
+    tensors.update({f"blk.0.{name}": value for name, value in blk.items()})
+    _write(w, tensors)
+    return path
+
+
+def write_pair(directory: str | os.PathLike, target: TargetSpec = TargetSpec(),
+               draft: DraftSpec = DraftSpec(), name: str = "tiny") -> tuple[Path, Path]:
+    """Write ``{name}-target.gguf`` and ``{name}-draft.gguf`` into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return (write_target(directory / f"{name}-target.gguf", target),
+            write_eagle3_draft(directory / f"{name}-draft.gguf", target, draft))
