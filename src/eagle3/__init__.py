@@ -5,6 +5,7 @@ The public API, re-exported from the modules that define it.
 
 from eagle3 import _logging
 from eagle3._core import Batch, read_gguf, system_info
+from eagle3.compat import PairReport, Problem, check_pair
 from eagle3.context import Context
 from eagle3.errors import (
     BadSeqIdError,
@@ -13,6 +14,7 @@ from eagle3.errors import (
     ContextError,
     DecodeError,
     Eagle3Error,
+    IncompatiblePairError,
     InvalidConfigError,
     ModelLoadError,
     ProcessError,
@@ -31,10 +33,14 @@ __all__ = [
     "Eagle3SessionConfig",
     "Model",
     "MtpSession",
+    "check_pair",
+    "PairReport",
+    "Problem",
     "read_gguf",
     "system_info",
     "Eagle3Error",
     "SessionInitError",
+    "IncompatiblePairError",
     "ProcessError",
     "BadSeqIdError",
     "InvalidConfigError",

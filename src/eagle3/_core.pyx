@@ -13,6 +13,8 @@ from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
 
+from collections import namedtuple
+
 cimport numpy as cnp
 import numpy as np
 
@@ -70,6 +72,11 @@ def set_log_sink(sink, int common_verbosity):
     else:
         e3_log_set(NULL, NULL)
     e3_log_set_common_verbosity(common_verbosity)
+
+
+def eagle3_target_support(str arch):
+    """0: ``arch`` cannot be an EAGLE-3 target; 1: target layer ids < n_layer; 2: ids <= n_layer."""
+    return e3_eagle3_target_support(arch.encode())
 
 
 def system_info():
@@ -147,13 +154,17 @@ _GGUF_TYPE_NAMES = {
 }
 
 
+TensorInfo = namedtuple("TensorInfo", "shape type offset nbytes")
+
+
 def read_gguf(path):
     """Read a GGUF file's header: ``(metadata, types, tensors)``.
 
     ``metadata`` maps keys to Python values (numeric arrays as read-only NumPy
     arrays, string arrays as tuples); ``types`` maps keys to GGUF type names
     (``"array[int32]"`` for arrays); ``tensors`` maps tensor names to
-    ``(shape, ggml_type_name)`` with the shape in ggml order (ne0 first).
+    :class:`TensorInfo` ``(shape, type, offset, nbytes)``: the shape in ggml
+    order (ne0 first), the ggml type name, and where its data lies in the file.
     Raises :class:`ModelLoadError` if the file is not a readable GGUF file.
     """
     cdef bytes bpath = _fs_path(path)
@@ -205,7 +216,9 @@ def read_gguf(path):
             shape = [ne[j] for j in range(GGML_MAX_DIMS)]
             while len(shape) > 1 and shape[len(shape) - 1] == 1:
                 shape.pop()
-            tensors[name] = (tuple(shape), ggml_type_name(gguf_get_tensor_type(g, i)).decode())
+            tensors[name] = TensorInfo(tuple(shape), ggml_type_name(gguf_get_tensor_type(g, i)).decode(),
+                                       gguf_get_data_offset(g) + gguf_get_tensor_offset(g, i),
+                                       gguf_get_tensor_size(g, i))
     finally:
         gguf_free(g)
     return metadata, types, tensors

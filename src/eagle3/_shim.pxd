@@ -57,6 +57,8 @@ cdef extern from "eagle3_shim.h" nogil:
     void e3_spec_reset_counters(e3_spec * spec)
     void e3_spec_print_stats(const e3_spec * spec)
 
+    int e3_eagle3_target_support(const char * arch)
+
     ctypedef void (*e3_log_callback)(int level, const char * text, void * user_data) noexcept
     void e3_log_set(e3_log_callback cb, void * user_data)
     void e3_log_set_common_verbosity(int verbosity)

@@ -7,6 +7,7 @@ import numpy as np
 from eagle3 import _core
 from eagle3._core import Batch
 from eagle3._lifetime import Resource
+from eagle3.compat import check_pair
 from eagle3.errors import ContextError
 from eagle3.model import Model
 
@@ -69,6 +70,13 @@ class Context(Resource):
             raise ContextError(
                 f"ctx_type='mtp' needs a model with NextN (MTP) layers loaded with load_mtp=True; "
                 f"{model.path} has {model.n_layer_nextn}")
+        if model.architecture == "eagle3":
+            if other is not None:
+                # llama.cpp builds the draft graph right away: a misfit aborts
+                check_pair(other.model, model).raise_if_incompatible()
+            elif not {"token_embd.weight", "output.weight"} <= model._tensors.keys():
+                raise ContextError("this EAGLE-3 draft borrows the target's embeddings or output head: create "
+                                   "its context with other=target_ctx")
         threads = [0 if t is None else int(t) for t in (n_threads, n_threads_batch)]
         if threads[1] == 0:
             threads[1] = threads[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "Eagle3Error",
     "SessionInitError",
+    "IncompatiblePairError",
     "ProcessError",
     "BadSeqIdError",
     "InvalidConfigError",
@@ -41,6 +42,14 @@ class SessionInitError(Eagle3Error):
     def __init__(self, reason: str | None = None):
         self.reason = reason
         super().__init__(f"{self.default_message}: {reason}" if reason else self.default_message)
+
+
+class IncompatiblePairError(SessionInitError, ValueError):
+    """The draft does not fit the target; ``report`` (a :class:`~eagle3.PairReport`) lists why."""
+
+    def __init__(self, report):
+        self.report = report
+        super().__init__("; ".join(str(p) for p in report.problems))
 
 
 class ProcessError(Eagle3Error):

@@ -33,6 +33,7 @@ class Model(Resource):
             raise ModelLoadError(f"{self.path}: is a directory, not a GGUF file")
         self._metadata, self._metadata_types, self._tensors = _core.read_gguf(self.path)
         self.architecture: str = str(self._metadata.get("general.architecture", ""))
+        self._check_header()
         if load_mtp is None:
             load_mtp = int(self._metadata.get(f"{self.architecture}.nextn_predict_layers", 0) or 0) > 0
         self.load_mtp = bool(load_mtp)
@@ -52,6 +53,16 @@ class Model(Resource):
         self.size: int = h.size
         self.description: str = h.description()
 
+    def _check_header(self) -> None:
+        """Reject headers that make llama.cpp's loader abort instead of failing."""
+        arch = self.architecture
+        blocks = self._metadata.get(f"{arch}.block_count")
+        nextn = self._metadata.get(f"{arch}.nextn_predict_layers", 0)
+        if arch and self._metadata_types.get(f"{arch}.block_count") == "uint32" and not 0 < blocks <= 512:
+            raise ModelLoadError(f"{self.path}: {arch}.block_count = {blocks} is outside 1..512")
+        if isinstance(nextn, int) and isinstance(blocks, int) and nextn > blocks:
+            raise ModelLoadError(f"{self.path}: nextn_predict_layers ({nextn}) exceeds block_count ({blocks})")
+
     # -- metadata ----------------------------------------------------------
 
     @property
@@ -65,8 +76,9 @@ class Model(Resource):
         return dict(self._metadata_types)
 
     @property
-    def tensors(self) -> dict[str, tuple[tuple[int, ...], str]]:
-        """Tensor name -> (shape in ggml order, ggml type name), from the GGUF header."""
+    def tensors(self) -> dict[str, _core.TensorInfo]:
+        """Tensor name -> ``TensorInfo(shape, type, offset, nbytes)`` from the GGUF header
+        (shape in ggml order, ggml type name, where the data lies in the file)."""
         return dict(self._tensors)
 
     # -- vocabulary --------------------------------------------------------

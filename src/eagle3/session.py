@@ -37,6 +37,7 @@ import numpy as np
 
 from eagle3 import _core
 from eagle3._core import Batch
+from eagle3.compat import check_pair
 from eagle3._lifetime import Resource
 from eagle3.context import Context
 from eagle3.errors import InvalidConfigError, SessionInitError
@@ -290,6 +291,7 @@ class Eagle3Session(_SpeculativeSession):
             raise SessionInitError("an EAGLE-3 draft context has ctx_type='default'")
         if draft_ctx.other is not None and draft_ctx.other is not target_ctx:
             raise SessionInitError("the draft context was created against a different target (other=)")
+        check_pair(target_ctx.model, draft_ctx.model).raise_if_incompatible()
 
 
 class MtpSession(_SpeculativeSession):

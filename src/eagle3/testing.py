@@ -13,6 +13,10 @@ Two kinds of weights:
   its attention. Acceptance is then high and partial, so drafts of every
   length get accepted, partly accepted and rolled back.
 
+For MTP, :func:`write_mtp_target` writes an ``hy_v3`` model (attention-only,
+dense, normal RoPE) with NextN blocks; with ``weights="chain"`` its NextN
+head predicts the same successor ``f`` as the trunk, up to ``noise``.
+
 The vocabulary is llama.cpp's ``"test"`` tokenizer: ``n_vocab`` tokens,
 text hashed in 5-byte chunks, tokens rendered as hexadecimal ids.
 """
@@ -27,7 +31,8 @@ import numpy as np
 
 from eagle3 import _pinned
 
-__all__ = ["TargetSpec", "DraftSpec", "write_target", "write_eagle3_draft", "write_pair"]
+__all__ = ["TargetSpec", "DraftSpec", "MtpSpec", "write_target", "write_eagle3_draft", "write_pair",
+           "write_mtp_target"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,3 +285,99 @@ def write_pair(directory: str | os.PathLike, target: TargetSpec = TargetSpec(),
     directory.mkdir(parents=True, exist_ok=True)
     return (write_target(directory / f"{name}-target.gguf", target),
             write_eagle3_draft(directory / f"{name}-draft.gguf", target, draft))
+
+
+@dataclasses.dataclass(frozen=True)
+class MtpSpec:
+    """Shape and weights of a synthesized ``hy_v3`` model with ``nextn`` NextN (MTP) blocks.
+
+    ``hy_v3`` is the attention-only architecture of the pinned llama.cpp
+    whose MTP graph runs with dense layers (no experts, MLA or sliding window).
+    """
+
+    n_layer: int = 2
+    nextn: int = 1
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 128
+    n_vocab: int = 256
+    n_ctx_train: int = 4096
+    weights: str = "random"  # "random" or "chain"
+    noise: float = 0.02      # chain: scale of every weight except embeddings, head and eh_proj
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.weights not in ("random", "chain"):
+            raise ValueError(f"weights must be 'random' or 'chain', got {self.weights!r}")
+        if self.n_embd % self.n_head or self.n_head % self.n_head_kv or self.nextn < 1:
+            raise ValueError("n_embd must divide by n_head, n_head by n_head_kv, and nextn >= 1")
+
+
+def write_mtp_target(path: str | os.PathLike, spec: MtpSpec = MtpSpec()) -> Path:
+    """Write an ``hy_v3`` GGUF with ``spec.nextn`` NextN blocks after ``spec.n_layer`` trunk blocks."""
+    gguf = _pinned.import_gguf()
+    path = Path(path)
+    arch = "hy_v3"
+    rng = _rng(spec.seed + 1)
+    E, F, V = spec.n_embd, spec.n_ff, spec.n_vocab
+    D = E // spec.n_head
+    chain = spec.weights == "chain"
+    scale = spec.noise if chain else 0.2
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_uint32(f"{arch}.context_length", spec.n_ctx_train)
+    w.add_uint32(f"{arch}.embedding_length", E)
+    w.add_uint32(f"{arch}.block_count", spec.n_layer + spec.nextn)
+    w.add_uint32(f"{arch}.feed_forward_length", F)
+    w.add_uint32(f"{arch}.expert_feed_forward_length", F)  # required by the loader, unused when dense
+    w.add_uint32(f"{arch}.attention.head_count", spec.n_head)
+    w.add_uint32(f"{arch}.attention.head_count_kv", spec.n_head_kv)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_uint32(f"{arch}.nextn_predict_layers", spec.nextn)
+    w.add_uint32(f"{arch}.rope.dimension_count", D)
+    w.add_float32(f"{arch}.rope.freq_base", 10000.0)
+    _add_tokenizer(w, V)
+
+    def noisy(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + (0.0 if chain else 0.1) * rng.standard_normal(n)).astype(np.float32)
+
+    emb = _rng(spec.seed).standard_normal((V, E)).astype(np.float32)
+    if chain:
+        output = np.empty_like(emb)
+        output[chain_map(TargetSpec(n_vocab=V, n_embd=E, seed=spec.seed))] = emb
+    else:
+        output = noisy(V, E)
+    tensors = {"token_embd.weight": emb, "output_norm.weight": norm(E), "output.weight": output}
+    for i in range(spec.n_layer + spec.nextn):
+        b = f"blk.{i}"
+        tensors.update({
+            f"{b}.attn_norm.weight": norm(E),
+            f"{b}.attn_q.weight": noisy(spec.n_head * D, E),
+            f"{b}.attn_k.weight": noisy(spec.n_head_kv * D, E),
+            f"{b}.attn_v.weight": noisy(spec.n_head_kv * D, E),
+            f"{b}.attn_output.weight": noisy(E, spec.n_head * D),
+            f"{b}.attn_q_norm.weight": norm(D),
+            f"{b}.attn_k_norm.weight": norm(D),
+            f"{b}.ffn_norm.weight": norm(E),
+            f"{b}.ffn_gate.weight": noisy(F, E),
+            f"{b}.ffn_up.weight": noisy(F, E),
+            f"{b}.ffn_down.weight": noisy(E, F),
+        })
+        if i >= spec.n_layer:
+            # eh_proj mixes [norm(embedding of the token), norm(hidden)]: in a
+            # chain model it keeps the token's embedding, so the head predicts f(token)
+            eh = noisy(E, 2 * E)
+            if chain:
+                eh[:, :E] += np.eye(E, dtype=np.float32)
+            tensors.update({
+                f"{b}.nextn.eh_proj.weight": eh,
+                f"{b}.nextn.enorm.weight": norm(E),
+                f"{b}.nextn.hnorm.weight": norm(E),
+                f"{b}.nextn.shared_head_norm.weight": norm(E),
+            })
+    _write(w, tensors)
+    return path

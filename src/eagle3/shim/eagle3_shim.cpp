@@ -119,39 +119,33 @@ std::string model_arch(const llama_model * model) {
     return buf;
 }
 
-// Target architectures whose graph records the per-layer inputs EAGLE-3 reads
-// (res->t_layer_inp); anything else aborts at the first decode.
-bool arch_has_layer_inputs(const std::string & arch) {
-    static const char * const archs[] = {
-        "llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "qwen4exp",
-        "gpt-oss", "gemma4", "lfm2", "mimo2", "minimax-m2", "minimax-01", "hunyuan_vl",
-        "nanbeige", "muse-glimmer", "nemotron_h", "bailingmoe3", "deepseek4",
-    };
-    for (const char * a : archs) {
-        if (arch == a) {
-            return true;
-        }
-    }
-    return false;
-}
-
-// Target architectures whose graph also records the final pre-norm hidden
-// state (t_h_nextn), so a target layer id equal to n_layer is meaningful.
-bool arch_has_final_hidden(const std::string & arch) {
-    static const char * const archs[] = {
-        "qwen35", "qwen35moe", "qwen3next", "mimo2", "nemotron_h", "nemotron_h_moe", "deepseek2",
-        "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "glm5-next", "gpt-oss", "gemma4",
-        "bailingmoe3", "step35", "hy_v3", "cohere2moe",
-    };
-    for (const char * a : archs) {
-        if (arch == a) {
-            return true;
-        }
-    }
-    return false;
-}
-
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// Which targets EAGLE-3 can draft for
+// ---------------------------------------------------------------------------
+
+extern "C" int e3_eagle3_target_support(const char * arch) {
+    // Attention-only architectures whose graph records each layer's input
+    // (res->t_layer_inp, which EAGLE-3 reads; any other target aborts at the
+    // first decode). Those that also record the final pre-norm hidden state
+    // (t_h_nextn) accept a target layer id equal to n_layer. Hybrid and
+    // recurrent architectures that record them are left out: they cannot
+    // roll back rejected drafts.
+    static const struct { const char * arch; int support; } archs[] = {
+        {"llama", 1},      {"qwen3", 1},    {"qwen3moe", 1},     {"minimax-m2", 1}, {"hunyuan_vl", 1},
+        {"nanbeige", 1},   {"muse-glimmer", 1}, {"gpt-oss", 2},  {"gemma4", 2},     {"mimo2", 2},
+    };
+    if (!arch) {
+        return 0;
+    }
+    for (const auto & a : archs) {
+        if (std::strcmp(arch, a.arch) == 0) {
+            return a.support;
+        }
+    }
+    return 0;
+}
 
 // ---------------------------------------------------------------------------
 // Session
@@ -261,7 +255,8 @@ static int check_contexts(llama_context * ctx_tgt, llama_context * ctx_dft, cons
                         "model (3 extract layers) built for this target",
                         arch_dft.c_str());
         }
-        if (!arch_has_layer_inputs(arch_tgt)) {
+        const int support = e3_eagle3_target_support(arch_tgt.c_str());
+        if (support == 0) {
             return fail(err, n_err, E3_ERR_INIT,
                         "target architecture '%s' does not expose the per-layer hidden states EAGLE-3 drafts from",
                         arch_tgt.c_str());
@@ -278,7 +273,7 @@ static int check_contexts(llama_context * ctx_tgt, llama_context * ctx_dft, cons
                         n_ids);
         }
         const int32_t n_layer_tgt = llama_model_n_layer(model_tgt);
-        const int32_t id_max = arch_has_final_hidden(arch_tgt) ? n_layer_tgt : n_layer_tgt - 1;
+        const int32_t id_max = support == 2 ? n_layer_tgt : n_layer_tgt - 1;
         for (uint32_t k = 0; k < n_ids; ++k) {
             if (ids[k] < 0 || ids[k] > id_max) {
                 return fail(err, n_err, E3_ERR_INIT,

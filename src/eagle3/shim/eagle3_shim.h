@@ -112,6 +112,11 @@ void e3_spec_reset_counters(e3_spec * spec);
 /* Logs upstream's statistics line and the session's own counters. */
 void e3_spec_print_stats(const e3_spec * spec);
 
+/* EAGLE-3 support of a target architecture (general.architecture): 0 none,
+ * 1 its layer inputs (target layer ids < n_layer), 2 also its final hidden
+ * state (ids <= n_layer). */
+int e3_eagle3_target_support(const char * arch);
+
 /* Logging: one callback for llama.cpp, ggml and common/ messages. */
 typedef void (*e3_log_callback)(int level, const char * text, void * user_data);
 void e3_log_set(e3_log_callback cb, void * user_data);
