@@ -88,13 +88,16 @@ def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.Comple
 def expect_exception(code: str, exc_name: str, *args: str) -> str:
     """Run ``code`` in a subprocess; it must raise ``eagle3.<exc_name>`` and exit normally.
 
-    The snippet runs inside ``try``; the wrapper prints the exception class
-    and message, so the test sees a signal (negative return code) as a crash.
+    The snippet runs inside ``try``; the wrapper prints the exception's
+    classes and message, so the test sees a signal (negative return code) as
+    a crash. A subclass of ``exc_name`` passes.
     """
     wrapped = ("import sys, eagle3\ntry:\n" + textwrap.indent(textwrap.dedent(code), "    ") +
-               "\nexcept eagle3.Eagle3Error as e:\n    print('RAISED', type(e).__name__, '|', e)\n"
+               "\nexcept eagle3.Eagle3Error as e:\n"
+               "    print('RAISED', *[c.__name__ for c in type(e).__mro__], '|', e)\n"
                "else:\n    print('NO EXCEPTION')\n")
     result = run_python(wrapped, *args)
     assert result.returncode == 0, f"crashed with return code {result.returncode}:\n{result.stderr[-3000:]}"
-    assert f"RAISED {exc_name} " in result.stdout, f"{result.stdout}\n{result.stderr[-3000:]}"
+    raised = result.stdout.partition("RAISED ")[2].partition(" | ")[0].split()
+    assert exc_name in raised, f"{result.stdout}\n{result.stderr[-3000:]}"
     return result.stdout

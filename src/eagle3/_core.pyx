@@ -22,12 +22,15 @@ from eagle3._llama cimport *
 from eagle3._shim cimport *
 
 from eagle3.errors import (
+    ArgumentTypeError,
     BadSeqIdError,
     BatchError,
     ContextError,
     DecodeError,
     Eagle3Error,
+    InvalidArgumentError,
     InvalidConfigError,
+    InvalidIndexError,
     ModelLoadError,
     ProcessError,
     SessionInitError,
@@ -98,13 +101,13 @@ cdef object _as_int32_array(object values, str what):
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
-        raise ValueError(f"{what} must be one-dimensional, got shape {arr.shape}")
+        raise InvalidArgumentError(f"{what} must be one-dimensional, got shape {arr.shape}")
     if arr.size == 0:
         return np.empty(0, dtype=np.int32)
     if arr.dtype.kind not in "iu":
-        raise TypeError(f"{what} must be integers, got dtype {arr.dtype}")
+        raise ArgumentTypeError(f"{what} must be integers, got dtype {arr.dtype}")
     if arr.dtype != np.int32 and (arr.min() < -2**31 or arr.max() >= 2**31):
-        raise ValueError(f"{what} do not fit in int32")
+        raise InvalidArgumentError(f"{what} do not fit in int32")
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
@@ -332,7 +335,7 @@ cdef class ModelHandle:
         cdef Py_ssize_t n_bytes
         PyBytes_AsStringAndSize(data, &cdata, &n_bytes)
         if n_bytes >= 2**31 - 16:
-            raise ValueError("text too long to tokenize")
+            raise InvalidArgumentError("text too long to tokenize")
         cdef int32_t cap = <int32_t> n_bytes + 8
         out = np.empty(cap, dtype=np.int32)
         cdef int32_t[::1] view = out
@@ -341,7 +344,7 @@ cdef class ModelHandle:
             n = llama_tokenize(self.vocab, cdata, <int32_t> n_bytes, &view[0], cap, add_special, parse_special)
         if n < 0:
             if n == -2**31:
-                raise ValueError("tokenization overflowed int32")
+                raise InvalidArgumentError("tokenization overflowed int32")
             cap = -n
             out = np.empty(cap, dtype=np.int32)
             view = out
@@ -357,7 +360,7 @@ cdef class ModelHandle:
         cdef int32_t i
         for i in range(n):
             if tokens[i] < 0 or tokens[i] >= self.n_vocab:
-                raise ValueError(f"token {tokens[i]} is not in this vocabulary (0..{self.n_vocab - 1})")
+                raise InvalidArgumentError(f"token {tokens[i]} is not in this vocabulary (0..{self.n_vocab - 1})")
         if n == 0:
             return ""
         cdef int32_t cap = n * 8 + 16
@@ -580,7 +583,7 @@ cdef class Batch:
     def entry_seq_ids(self, int i):
         """All sequence ids of entry ``i``."""
         if i < 0 or i >= self.n:
-            raise IndexError(f"entry {i} out of range (the batch holds {self.n})")
+            raise InvalidIndexError(f"entry {i} out of range (the batch holds {self.n})")
         return [int(self._seq[i, k]) for k in range(self._nseq[i])]
 
     def __repr__(self):
@@ -782,9 +785,9 @@ cdef class ContextHandle:
             raise DecodeError("no logits: nothing was decoded on this context since it last changed")
         if i >= 0:
             if i >= len(self.last_outputs) or not self.last_outputs[i]:
-                raise IndexError(f"entry {i} of the last batch did not request logits or does not exist")
+                raise InvalidIndexError(f"entry {i} of the last batch did not request logits or does not exist")
         elif -i > self.last_n_outputs:
-            raise IndexError(f"the last batch had {self.last_n_outputs} outputs, cannot index {i}")
+            raise InvalidIndexError(f"the last batch had {self.last_n_outputs} outputs, cannot index {i}")
         return 0
 
     def seq_rm(self, int32_t seq_id, int32_t p0, int32_t p1):
@@ -818,7 +821,7 @@ cdef object _raise_status(int rc, char * err, int32_t seq_id, int32_t n_seq):
     if rc == E3_ERR_SEQ:
         raise BadSeqIdError(seq_id, n_seq)
     if rc == E3_ERR_ARG:
-        raise ValueError(msg)
+        raise InvalidArgumentError(msg)
     if rc == E3_ERR_STATE:
         raise SessionStateError(msg)
     if rc == E3_ERR_PROCESS:
@@ -926,7 +929,7 @@ cdef class SessionHandle:
     cdef int _check_n_past(self, int32_t seq_id, int32_t n_past) except -1:
         cdef int32_t expect = llama_memory_seq_pos_max(llama_get_memory(self.target_ctx.ptr), seq_id) + 1
         if n_past != expect:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"n_past = {n_past}, but the target holds {expect} tokens of sequence {seq_id}; n_past must be "
                 f"the number of tokens in the target's KV cache for that sequence")
         return 0
@@ -940,9 +943,9 @@ cdef class SessionHandle:
             out = np.empty(self.n_draft_max, dtype=np.int32)
         elif not (isinstance(out, np.ndarray) and out.dtype == np.int32 and out.ndim == 1
                   and out.flags.c_contiguous and out.flags.writeable):
-            raise TypeError("out must be a writeable, contiguous, one-dimensional int32 NumPy array")
+            raise ArgumentTypeError("out must be a writeable, contiguous, one-dimensional int32 NumPy array")
         if out.shape[0] < self.n_draft_max:
-            raise ValueError(f"out has {out.shape[0]} elements; drafts can have up to {self.n_draft_max}")
+            raise InvalidArgumentError(f"out has {out.shape[0]} elements; drafts can have up to {self.n_draft_max}")
         cdef int32_t[::1] o = out
         cdef int32_t n_out = 0
         cdef int32_t n_max = 0
@@ -964,10 +967,10 @@ cdef class SessionHandle:
         last = _as_int32_array(id_last, "id_last")
         k = sid.shape[0]
         if npast.shape[0] != k or last.shape[0] != k:
-            raise ValueError("seq_ids, n_past and id_last must have the same length")
+            raise InvalidArgumentError("seq_ids, n_past and id_last must have the same length")
         caps = np.zeros(k, np.int32) if n_max is None else _as_int32_array(n_max, "n_max")
         if caps.shape[0] != k:
-            raise ValueError("n_max must have one entry per sequence")
+            raise InvalidArgumentError("n_max must have one entry per sequence")
         for j in range(k):
             self._check_seq(sid[j])
             self._check_n_past(sid[j], npast[j])

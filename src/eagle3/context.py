@@ -8,7 +8,8 @@ from eagle3 import _core
 from eagle3._core import Batch
 from eagle3._lifetime import Resource
 from eagle3.compat import check_pair
-from eagle3.errors import ContextError
+from eagle3._validate import as_int
+from eagle3.errors import ArgumentTypeError, ContextError, InvalidArgumentError
 from eagle3.model import Model
 
 _CTX_TYPES = ("default", "mtp")
@@ -37,11 +38,11 @@ class Context(Resource):
                  other: Context | None = None, n_threads: int | None = None,
                  n_threads_batch: int | None = None) -> None:
         if not isinstance(model, Model):
-            raise TypeError(f"model must be an eagle3.Model, got {type(model).__name__}")
+            raise ArgumentTypeError(f"model must be an eagle3.Model, got {type(model).__name__}")
         if ctx_type not in _CTX_TYPES:
-            raise ValueError(f"ctx_type must be one of {_CTX_TYPES}, got {ctx_type!r}")
+            raise InvalidArgumentError(f"ctx_type must be one of {_CTX_TYPES}, got {ctx_type!r}")
         if other is not None and not isinstance(other, Context):
-            raise TypeError(f"other must be an eagle3.Context, got {type(other).__name__}")
+            raise ArgumentTypeError(f"other must be an eagle3.Context, got {type(other).__name__}")
         model_handle = model._live()
         other_handle = other._live() if other is not None else None
         # a draft context shares its target's lock: a session drives both
@@ -56,16 +57,12 @@ class Context(Resource):
         n_batch = min(512, n_ctx) if n_batch is None else n_batch
         n_ubatch = n_batch if n_ubatch is None else n_ubatch
         n_seq_max = 1 if n_seq_max is None else n_seq_max
-        for name, value, lo in (("n_ctx", n_ctx, 1), ("n_batch", n_batch, 1), ("n_ubatch", n_ubatch, 1),
-                                ("n_seq_max", n_seq_max, 1)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
-        if n_seq_max > 256:
-            raise ValueError(f"n_seq_max must be <= 256 (llama.cpp's limit), got {n_seq_max}")
-        if n_ctx > 2**31 - 1 or n_batch > 2**31 - 1:
-            raise ValueError("n_ctx and n_batch must fit in int32")
+        n_ctx = as_int(n_ctx, "n_ctx", 1)
+        n_batch = as_int(n_batch, "n_batch", 1)
+        n_ubatch = as_int(n_ubatch, "n_ubatch", 1)
+        n_seq_max = as_int(n_seq_max, "n_seq_max", 1, 256)
         if n_ubatch > n_batch:
-            raise ValueError(f"n_ubatch ({n_ubatch}) must be <= n_batch ({n_batch})")
+            raise InvalidArgumentError(f"n_ubatch ({n_ubatch}) must be <= n_batch ({n_batch})")
         if ctx_type == "mtp" and model.n_layer_nextn <= 0:
             raise ContextError(
                 f"ctx_type='mtp' needs a model with NextN (MTP) layers loaded with load_mtp=True; "
@@ -77,11 +74,9 @@ class Context(Resource):
             elif not {"token_embd.weight", "output.weight"} <= model._tensors.keys():
                 raise ContextError("this EAGLE-3 draft borrows the target's embeddings or output head: create "
                                    "its context with other=target_ctx")
-        threads = [0 if t is None else int(t) for t in (n_threads, n_threads_batch)]
+        threads = [0 if t is None else as_int(t, "n_threads", 1, 1024) for t in (n_threads, n_threads_batch)]
         if threads[1] == 0:
             threads[1] = threads[0]
-        if any(t < 0 for t in threads):
-            raise ValueError("n_threads must be positive")
 
         self.model = model
         self.other = other
@@ -108,7 +103,7 @@ class Context(Resource):
         The GIL is released while llama.cpp computes.
         """
         if not isinstance(batch, Batch):
-            raise TypeError(f"batch must be an eagle3.Batch, got {type(batch).__name__}")
+            raise ArgumentTypeError(f"batch must be an eagle3.Batch, got {type(batch).__name__}")
         with self._lock:
             self._live().decode(batch)
 
@@ -121,29 +116,29 @@ class Context(Resource):
         want to keep (``np.array(view)``).
         """
         with self._lock:
-            return self._live().logits(int(i))
+            return self._live().logits(as_int(i, "i"))
 
     def argmax(self, i: int = -1) -> int:
         """Greedy token of entry ``i`` of the last decoded batch, without creating an array."""
         with self._lock:
-            return self._live().argmax(int(i))
+            return self._live().argmax(as_int(i, "i"))
 
     def seq_rm(self, seq_id: int, p0: int = 0, p1: int = -1) -> bool:
         """Remove positions ``[p0, p1)`` of a sequence (``p1 < 0``: to the end;
         ``seq_id = -1``: every sequence). Returns False when the memory cannot
         remove a partial range."""
         with self._lock:
-            return bool(self._live().seq_rm(int(seq_id), int(p0), int(p1)))
+            return bool(self._live().seq_rm(as_int(seq_id, "seq_id"), as_int(p0, "p0"), as_int(p1, "p1")))
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for a sequence, -1 if it is empty."""
         with self._lock:
-            return self._live().seq_pos_max(int(seq_id))
+            return self._live().seq_pos_max(as_int(seq_id, "seq_id"))
 
     def seq_pos_min(self, seq_id: int) -> int:
         """Smallest position held for a sequence, -1 if it is empty."""
         with self._lock:
-            return self._live().seq_pos_min(int(seq_id))
+            return self._live().seq_pos_min(as_int(seq_id, "seq_id"))
 
     def clear(self) -> None:
         """Empty the KV cache of every sequence."""

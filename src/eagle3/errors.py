@@ -18,6 +18,9 @@ __all__ = [
     "ContextError",
     "DecodeError",
     "BatchError",
+    "InvalidArgumentError",
+    "ArgumentTypeError",
+    "InvalidIndexError",
     "SessionStateError",
     "ClosedError",
 ]
@@ -90,7 +93,19 @@ class DecodeError(Eagle3Error):
     """A batch could not be decoded (bad batch, no KV slot, or a failed computation)."""
 
 
-class BatchError(Eagle3Error, ValueError):
+class InvalidArgumentError(Eagle3Error, ValueError):
+    """An argument with a value out of range or inconsistent with the object's state."""
+
+
+class ArgumentTypeError(Eagle3Error, TypeError):
+    """An argument of the wrong type."""
+
+
+class InvalidIndexError(InvalidArgumentError, IndexError):
+    """An index that does not name an existing entry (for example logits of a non-output row)."""
+
+
+class BatchError(InvalidArgumentError):
     """A batch operation with invalid arguments (full batch, bad sequence id, ...)."""
 
 

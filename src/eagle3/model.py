@@ -9,7 +9,8 @@ import numpy as np
 
 from eagle3 import _core
 from eagle3._lifetime import Resource
-from eagle3.errors import ModelLoadError
+from eagle3._validate import as_int
+from eagle3.errors import ArgumentTypeError, InvalidArgumentError, ModelLoadError
 
 
 class Model(Resource):
@@ -26,7 +27,11 @@ class Model(Resource):
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, *, load_mtp: bool | None = None,
                  vocab_only: bool = False, check_tensors: bool = False) -> None:
         super().__init__()
-        self.path = os.fspath(path)
+        try:
+            self.path = os.fspath(path)
+        except TypeError:
+            raise ArgumentTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+        n_gpu_layers = as_int(n_gpu_layers, "n_gpu_layers")
         if not os.path.exists(self.path):
             raise ModelLoadError(f"{self.path}: no such file")
         if os.path.isdir(self.path):
@@ -86,7 +91,7 @@ class Model(Resource):
     def _vocab(self):
         h = self._live()
         if not h.has_vocab:
-            raise ValueError(f"{self.path} has no vocabulary; it cannot tokenize")
+            raise InvalidArgumentError(f"{self.path} has no vocabulary; it cannot tokenize")
         return h
 
     def tokenize(self, text: str, add_bos: bool = True, *, special: bool = False) -> np.ndarray:
@@ -94,21 +99,24 @@ class Model(Resource):
         BOS (and other automatic special tokens) where the vocabulary uses
         them; ``special`` parses special-token text such as ``<s>``."""
         if not isinstance(text, str):
-            raise TypeError(f"text must be str, got {type(text).__name__}")
+            raise ArgumentTypeError(f"text must be str, got {type(text).__name__}")
         return self._vocab().tokenize(text, add_bos, special)
 
     def detokenize(self, tokens, *, remove_special: bool = False, unparse_special: bool = False) -> str:
         """Text of a sequence of token ids."""
-        arr = np.ascontiguousarray(np.asarray(tokens).reshape(-1))
+        arr = np.asarray(tokens)
+        if arr.ndim > 1:
+            raise InvalidArgumentError(f"tokens must be one-dimensional, got shape {arr.shape}")
+        arr = np.ascontiguousarray(arr.reshape(-1))
         if arr.size and arr.dtype.kind not in "iu":
-            raise TypeError(f"tokens must be integers, got dtype {arr.dtype}")
+            raise ArgumentTypeError(f"tokens must be integers, got dtype {arr.dtype}")
         if arr.size and (arr.min() < 0 or arr.max() >= self.n_vocab):
-            raise ValueError(f"token ids must be in [0, {self.n_vocab})")
+            raise InvalidArgumentError(f"token ids must be in [0, {self.n_vocab})")
         return self._vocab().detokenize(arr.astype(np.int32), remove_special, unparse_special)
 
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, ...)."""
-        token = int(token)
+        token = as_int(token, "token", -2**63, 2**63 - 1)
         if not 0 <= token < self.n_vocab:
             return False
         return bool(self._live().is_eog(token))

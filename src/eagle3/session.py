@@ -40,7 +40,8 @@ from eagle3._core import Batch
 from eagle3.compat import check_pair
 from eagle3._lifetime import Resource
 from eagle3.context import Context
-from eagle3.errors import InvalidConfigError, SessionInitError
+from eagle3._validate import as_int
+from eagle3.errors import ArgumentTypeError, InvalidConfigError, SessionInitError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,11 +101,11 @@ class _SpeculativeSession(Resource):
         if config is None:
             config = Eagle3SessionConfig(n_seq, n_draft_max, n_min, p_min)
         elif not isinstance(config, Eagle3SessionConfig):
-            raise TypeError(f"config must be an Eagle3SessionConfig, got {type(config).__name__}")
+            raise ArgumentTypeError(f"config must be an Eagle3SessionConfig, got {type(config).__name__}")
         config.validate()
         for name, ctx in (("target_ctx", target_ctx), ("draft_ctx", draft_ctx)):
             if not isinstance(ctx, Context):
-                raise TypeError(f"{name} must be an eagle3.Context, got {type(ctx).__name__}")
+                raise ArgumentTypeError(f"{name} must be an eagle3.Context, got {type(ctx).__name__}")
         if target_ctx is draft_ctx:
             raise SessionInitError("the target and draft contexts must be two different contexts")
         self._check_contexts(target_ctx, draft_ctx)
@@ -180,7 +181,7 @@ class _SpeculativeSession(Resource):
         just decoded into the target for ``seq_id``."""
         self._acquire()
         try:
-            self._live().begin(int(seq_id), prompt)
+            self._live().begin(as_int(seq_id, "seq_id"), prompt)
         finally:
             self._release()
 
@@ -193,7 +194,7 @@ class _SpeculativeSession(Resource):
         :class:`SessionStateError` for a batch that is not the one just decoded.
         """
         if not isinstance(batch, Batch):
-            raise TypeError(f"batch must be an eagle3.Batch, got {type(batch).__name__}")
+            raise ArgumentTypeError(f"batch must be an eagle3.Batch, got {type(batch).__name__}")
         self._acquire()
         try:
             self._live().process(batch)
@@ -210,7 +211,8 @@ class _SpeculativeSession(Resource):
         """
         self._acquire()
         try:
-            return self._live().draft(int(seq_id), int(n_past), int(id_last), out)
+            return self._live().draft(as_int(seq_id, "seq_id"), as_int(n_past, "n_past"), as_int(id_last, "id_last"),
+                                     out)
         finally:
             self._release()
 
@@ -231,7 +233,7 @@ class _SpeculativeSession(Resource):
         accepted (0 when every draft token was rejected)."""
         self._acquire()
         try:
-            self._live().accept(int(seq_id), int(n_accepted))
+            self._live().accept(as_int(seq_id, "seq_id"), as_int(n_accepted, "n_accepted"))
         finally:
             self._release()
 
@@ -247,7 +249,7 @@ class _SpeculativeSession(Resource):
         more than k tokens), and ``t_draft_s``, ``t_process_s``, ``t_accept_s``.
         """
         with self._lock:
-            c = self._live().counters(-1 if seq_id is None else int(seq_id))
+            c = self._live().counters(-1 if seq_id is None else as_int(seq_id, "seq_id"))
         c["acceptance_rate"] = c["n_accepted"] / c["n_drafted"] if c["n_drafted"] else 0.0
         c["mean_accepted_length"] = 1.0 + c["n_accepted"] / c["n_accept_calls"] if c["n_accept_calls"] else 0.0
         return c

@@ -1,0 +1,43 @@
+"""Copy a GGUF file with changes, to build broken models for tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from eagle3 import _pinned
+
+gguf = _pinned.import_gguf()
+T = gguf.GGUFValueType
+
+
+def rewrite(src: Path, dst: Path, *, set_kv: dict | None = None, drop_kv=(), drop_tensors=(),
+            set_tensors: dict | None = None) -> Path:
+    """Write ``dst``: ``src`` with metadata ``set_kv`` (key -> (value, type[, sub_type])),
+    keys ``drop_kv`` and tensors ``drop_tensors`` removed, tensors ``set_tensors`` replaced or added."""
+    set_kv, set_tensors = set_kv or {}, set_tensors or {}
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    arch = set_kv.get("general.architecture", (arch,))[0]
+    writer = gguf.GGUFWriter(str(dst), arch)
+    for field in reader.fields.values():
+        name = field.name
+        if name.startswith("GGUF.") or name == "general.architecture" or name in drop_kv or name in set_kv:
+            continue
+        sub_type = field.types[-1] if field.types[0] == T.ARRAY else None
+        writer.add_key_value(name, field.contents(), field.types[0], sub_type)
+    for name, spec in set_kv.items():
+        if name != "general.architecture":
+            writer.add_key_value(name, *spec)
+    for tensor in reader.tensors:
+        if tensor.name in drop_tensors or tensor.name in set_tensors:
+            continue
+        writer.add_tensor(tensor.name, np.array(tensor.data))
+    for name, value in set_tensors.items():
+        writer.add_tensor(name, np.ascontiguousarray(value))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(dst)
