@@ -3,24 +3,11 @@
 The public API, re-exported from the modules that define it.
 """
 
-from eagle3 import _logging
+from eagle3 import _logging, errors
 from eagle3._core import Batch, read_gguf, system_info
 from eagle3.compat import PairReport, Problem, check_pair
 from eagle3.context import Context
-from eagle3.errors import (
-    BadSeqIdError,
-    BatchError,
-    ClosedError,
-    ContextError,
-    DecodeError,
-    Eagle3Error,
-    IncompatiblePairError,
-    InvalidConfigError,
-    ModelLoadError,
-    ProcessError,
-    SessionInitError,
-    SessionStateError,
-)
+from eagle3.errors import *  # noqa: F403 (every exception class)
 from eagle3.model import Model
 from eagle3.session import Eagle3Session, Eagle3SessionConfig, MtpSession
 
@@ -38,18 +25,7 @@ __all__ = [
     "Problem",
     "read_gguf",
     "system_info",
-    "Eagle3Error",
-    "SessionInitError",
-    "IncompatiblePairError",
-    "ProcessError",
-    "BadSeqIdError",
-    "InvalidConfigError",
-    "ModelLoadError",
-    "ContextError",
-    "DecodeError",
-    "BatchError",
-    "SessionStateError",
-    "ClosedError",
+    *errors.__all__,
 ]
 
 _logging.install()

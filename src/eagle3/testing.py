@@ -288,30 +288,23 @@ def write_pair(directory: str | os.PathLike, target: TargetSpec = TargetSpec(),
 
 
 @dataclasses.dataclass(frozen=True)
-class MtpSpec:
-    """Shape and weights of a synthesized ``hy_v3`` model with ``nextn`` NextN (MTP) blocks.
+class MtpSpec(TargetSpec):
+    """Shape and weights of a synthesized ``hy_v3`` model with ``nextn`` NextN (MTP)
+    blocks after its ``n_layer`` trunk blocks.
 
     ``hy_v3`` is the attention-only architecture of the pinned llama.cpp
     whose MTP graph runs with dense layers (no experts, MLA or sliding window).
+    With ``weights="chain"``, ``noise`` scales every weight but the embeddings,
+    the head and the NextN input projection.
     """
 
     n_layer: int = 2
     nextn: int = 1
-    n_embd: int = 64
-    n_head: int = 4
-    n_head_kv: int = 2
-    n_ff: int = 128
-    n_vocab: int = 256
-    n_ctx_train: int = 4096
-    weights: str = "random"  # "random" or "chain"
-    noise: float = 0.02      # chain: scale of every weight except embeddings, head and eh_proj
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.weights not in ("random", "chain"):
-            raise ValueError(f"weights must be 'random' or 'chain', got {self.weights!r}")
-        if self.n_embd % self.n_head or self.n_head % self.n_head_kv or self.nextn < 1:
-            raise ValueError("n_embd must divide by n_head, n_head by n_head_kv, and nextn >= 1")
+        super().__post_init__()
+        if self.nextn < 1:
+            raise ValueError("nextn must be >= 1")
 
 
 def write_mtp_target(path: str | os.PathLike, spec: MtpSpec = MtpSpec()) -> Path:
@@ -348,7 +341,7 @@ def write_mtp_target(path: str | os.PathLike, spec: MtpSpec = MtpSpec()) -> Path
     emb = _rng(spec.seed).standard_normal((V, E)).astype(np.float32)
     if chain:
         output = np.empty_like(emb)
-        output[chain_map(TargetSpec(n_vocab=V, n_embd=E, seed=spec.seed))] = emb
+        output[chain_map(spec)] = emb
     else:
         output = noisy(V, E)
     tensors = {"token_embd.weight": emb, "output_norm.weight": norm(E), "output.weight": output}
