@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import threading
 
 from eagle3 import _core
 
@@ -26,10 +27,28 @@ _LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNIN
 _COMMON_VERBOSITY = 4
 
 
+# The last error lines llama.cpp logged on each thread, to explain failures
+# that llama.cpp only reports as a NULL or an error code.
+_recent = threading.local()
+
+
 def _sink(level: int, line: str) -> None:
     py_level = _LEVELS.get(level, logging.INFO)
+    if py_level >= logging.ERROR:
+        errors = getattr(_recent, "errors", None)
+        if errors is None:
+            errors = _recent.errors = []
+        errors.append(line.strip())
+        del errors[:-8]
     if logger.isEnabledFor(py_level):
         logger.log(py_level, "%s", line.rstrip())
+
+
+def take_errors() -> str:
+    """The error lines llama.cpp logged on this thread since the last call, joined."""
+    errors = getattr(_recent, "errors", None) or []
+    _recent.errors = []
+    return "; ".join(errors)
 
 
 def install() -> None:

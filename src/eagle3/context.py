@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eagle3 import _core
+from eagle3 import _core, _logging
 from eagle3._core import Batch
 from eagle3._lifetime import Resource
 from eagle3.compat import check_pair
@@ -63,10 +63,10 @@ class Context(Resource):
         n_seq_max = as_int(n_seq_max, "n_seq_max", 1, 256)
         if n_ubatch > n_batch:
             raise InvalidArgumentError(f"n_ubatch ({n_ubatch}) must be <= n_batch ({n_batch})")
-        if ctx_type == "mtp" and model.n_layer_nextn <= 0:
+        if ctx_type == "mtp" and (model.n_layer_nextn <= 0 or not model.load_mtp):
             raise ContextError(
-                f"ctx_type='mtp' needs a model with NextN (MTP) layers loaded with load_mtp=True; "
-                f"{model.path} has {model.n_layer_nextn}")
+                f"ctx_type='mtp' needs a model with NextN (MTP) layers loaded with load_mtp=True; {model.path} "
+                f"has {model.n_layer_nextn} NextN layers" + ("" if model.load_mtp else " and was loaded without them"))
         if model.architecture == "eagle3":
             if other is not None:
                 # llama.cpp builds the draft graph right away: a misfit aborts
@@ -81,8 +81,12 @@ class Context(Resource):
         self.model = model
         self.other = other
         self.ctx_type = ctx_type
-        self._handle = _core.ContextHandle(model_handle, n_ctx, n_batch, n_ubatch, n_seq_max,
-                                           ctx_type == "mtp", other_handle, *threads)
+        _logging.take_errors()
+        try:
+            self._handle = _core.ContextHandle(model_handle, n_ctx, n_batch, n_ubatch, n_seq_max,
+                                               ctx_type == "mtp", other_handle, *threads)
+        except ContextError as e:
+            raise ContextError(f"llama.cpp could not create the context: {_logging.take_errors() or e}") from None
         h = self._handle
         self.n_ctx: int = h.n_ctx
         self.n_batch: int = h.n_batch

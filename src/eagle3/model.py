@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from eagle3 import _core
+from eagle3 import _core, _logging
 from eagle3._lifetime import Resource
 from eagle3._validate import as_int
 from eagle3.errors import ArgumentTypeError, InvalidArgumentError, ModelLoadError
@@ -42,7 +42,12 @@ class Model(Resource):
         if load_mtp is None:
             load_mtp = int(self._metadata.get(f"{self.architecture}.nextn_predict_layers", 0) or 0) > 0
         self.load_mtp = bool(load_mtp)
-        self._handle = _core.ModelHandle(self.path, n_gpu_layers, self.load_mtp, vocab_only, check_tensors)
+        _logging.take_errors()
+        try:
+            self._handle = _core.ModelHandle(self.path, n_gpu_layers, self.load_mtp, vocab_only, check_tensors)
+        except ModelLoadError as e:
+            reason = _logging.take_errors()
+            raise ModelLoadError(f"{self.path}: llama.cpp could not load it: {reason or e}") from None
         h = self._handle
         self.n_vocab: int = h.n_vocab
         self.n_layer: int = h.n_layer
@@ -67,6 +72,13 @@ class Model(Resource):
             raise ModelLoadError(f"{self.path}: {arch}.block_count = {blocks} is outside 1..512")
         if isinstance(nextn, int) and isinstance(blocks, int) and nextn > blocks:
             raise ModelLoadError(f"{self.path}: nextn_predict_layers ({nextn}) exceeds block_count ({blocks})")
+        for key, value in self._metadata.items():
+            # a negative or NaN norm epsilon trips an assert inside ggml's kernels
+            if key.endswith("_epsilon") and isinstance(value, float) and not value >= 0.0:
+                raise ModelLoadError(f"{self.path}: {key} = {value} must be a number >= 0")
+        tokens = self._metadata.get("tokenizer.ggml.tokens")
+        if isinstance(tokens, tuple) and len(set(tokens)) != len(tokens):
+            raise ModelLoadError(f"{self.path}: the vocabulary (tokenizer.ggml.tokens) has duplicate tokens")
 
     # -- metadata ----------------------------------------------------------
 
