@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import expect_exception
-from eagle3.testing import DraftSpec, TargetSpec, write_eagle3_draft, write_target
+from eagle3.testing import DraftSpec, MtpSpec, TargetSpec, write_eagle3_draft, write_mtp_target, write_target
 from gguf_edit import T, rewrite
 
 # The user's whole path: load, make contexts, create the session, decode, process, draft.
@@ -57,6 +57,12 @@ def broken(model_dir, tiny_pair):
         "block-count-0": (rewrite(draft, d / "b0.gguf", set_kv={"eagle3.block_count": (0, T.UINT32)}),
                           "ModelLoadError"),
         "llama-as-draft": (target, "SessionInitError"),
+        "head-dims": (rewrite(draft, d / "kv.gguf", set_kv={"eagle3.attention.key_length": (16, T.UINT32),
+                                                           "eagle3.attention.value_length": (8, T.UINT32)},
+                              set_tensors={"blk.0.attn_v.weight": np.zeros((32, 128), np.float32)}),
+                      "IncompatiblePairError"),
+        "negative-epsilon": (rewrite(draft, d / "eps.gguf", set_kv={
+            "eagle3.attention.layer_norm_rms_epsilon": (-1.0, T.FLOAT32)}), "ModelLoadError"),
     }
     return {name: (target, path, exc) for name, (path, exc) in cases.items()}
 
@@ -64,7 +70,7 @@ def broken(model_dir, tiny_pair):
 @pytest.mark.parametrize("case", ["layer-above-n_layer", "layer-negative", "layer-equal-n_layer", "two-layers",
                                   "no-layers", "hidden-size", "vocab", "borrowed-width", "d2t-without-output",
                                   "d2t-out-of-range", "d2t-int32", "block-count-2", "block-count-0",
-                                  "llama-as-draft"])
+                                  "llama-as-draft", "head-dims", "negative-epsilon"])
 def test_broken_pair(broken, case):
     target, draft, exc = broken[case]
     expect_exception(SESSION, exc, str(target), str(draft))
@@ -108,3 +114,93 @@ def test_bad_call(tiny_pair, call):
     if "Context(dm)" not in code:
         setup += "dc = eagle3.Context(dm, other=tc)\n"
     expect_exception(setup + code.strip(), exc, str(tiny_pair[0]), str(tiny_pair[1]))
+
+
+@pytest.fixture(scope="module")
+def broken_targets(model_dir, tiny_pair):
+    """name -> (broken target path, expected exception) for a whole-session run with the tiny draft."""
+    target = tiny_pair[0]
+    d = model_dir / "broken-targets"
+    d.mkdir(exist_ok=True)
+    data = target.read_bytes()
+    flipped = bytearray(data)
+    flipped[9] ^= 0xFF  # the tensor count
+    cases = {
+        "missing": (d / "nope.gguf", "ModelLoadError"),
+        "directory": (d, "ModelLoadError"),
+        "empty": (d / "empty.gguf", "ModelLoadError"),
+        "wrong-magic": (d / "magic.gguf", "ModelLoadError"),
+        "truncated-header": (d / "trunc-header.gguf", "ModelLoadError"),
+        "truncated-data": (d / "trunc-data.gguf", "ModelLoadError"),
+        "bit-flipped-count": (d / "flipped.gguf", "ModelLoadError"),
+        "unknown-architecture": (rewrite(target, d / "arch.gguf", set_kv={"general.architecture": ("nope", T.STRING)}),
+                                 "ModelLoadError"),
+        "block-count-600": (rewrite(target, d / "b600.gguf", set_kv={"llama.block_count": (600, T.UINT32)}),
+                            "ModelLoadError"),
+        "nextn-above-blocks": (rewrite(target, d / "nextn.gguf", set_kv={"llama.nextn_predict_layers": (9, T.UINT32)}),
+                               "ModelLoadError"),
+        "duplicate-tokens": (rewrite(target, d / "dup.gguf",
+                                     set_kv={"tokenizer.ggml.tokens": (["t"] * 256, T.ARRAY, T.STRING)}),
+                             "ModelLoadError"),
+        "nan-epsilon": (rewrite(target, d / "nan.gguf",
+                                set_kv={"llama.attention.layer_norm_rms_epsilon": (float("nan"), T.FLOAT32)}),
+                        "ModelLoadError"),
+        "not-an-eagle3-target": (write_mtp_target(d / "hy.gguf", MtpSpec()), "IncompatiblePairError"),
+    }
+    (d / "empty.gguf").write_bytes(b"")
+    (d / "magic.gguf").write_bytes(b"GGUX" + data[4:])
+    (d / "trunc-header.gguf").write_bytes(data[:200])
+    (d / "trunc-data.gguf").write_bytes(data[:len(data) - 1000])
+    (d / "flipped.gguf").write_bytes(bytes(flipped))
+    return {name: (str(path), exc) for name, (path, exc) in cases.items()}
+
+
+@pytest.mark.parametrize("case", ["missing", "directory", "empty", "wrong-magic", "truncated-header",
+                                  "truncated-data", "bit-flipped-count", "unknown-architecture", "block-count-600",
+                                  "nextn-above-blocks", "duplicate-tokens", "nan-epsilon", "not-an-eagle3-target"])
+def test_broken_target(broken_targets, tiny_pair, case):
+    path, exc = broken_targets[case]
+    expect_exception(SESSION, exc, path, str(tiny_pair[1]))
+
+
+MORE_CALLS = {
+    "a draft context with a smaller n_batch": ("""
+tc = eagle3.Context(tm, n_ctx=512, n_batch=256); dc = eagle3.Context(dm, other=tc, n_batch=64)
+eagle3.Eagle3Session(tc, dc)""", "SessionInitError"),
+    "drafting twice without accept": ("""
+tc = eagle3.Context(tm); dc = eagle3.Context(dm, other=tc); s = eagle3.Eagle3Session(tc, dc)
+b = eagle3.Batch.from_tokens([1, 2]); tc.decode(b); s.process(b)
+s.draft(0, 2, 3); s.draft(0, 2, 4); s.accept(0, 9)""", "InvalidArgumentError"),
+    "a verify batch that does not fit n_batch": ("""
+tc = eagle3.Context(tm, n_ctx=512, n_batch=8); dc = eagle3.Context(dm, other=tc)
+eagle3.Eagle3Session(tc, dc, n_draft_max=8)""", "SessionInitError"),
+    "tokenize without a vocabulary": ("""
+m = eagle3.Model(sys.argv[3]); m.tokenize("hello")""", "InvalidArgumentError"),
+    "an MTP context over a model loaded without its heads": ("""
+m = eagle3.Model(sys.argv[4], load_mtp=False); eagle3.Context(m, ctx_type="mtp")""", "ContextError"),
+    "MTP heads of another width": ("""
+a = eagle3.Model(sys.argv[4]); b = eagle3.Model(sys.argv[5])
+eagle3.MtpSession(eagle3.Context(a), eagle3.Context(b, ctx_type="mtp"))""", "SessionInitError"),
+    "a closed target context": ("""
+tc = eagle3.Context(tm); dc = eagle3.Context(dm, other=tc); tc.close(); eagle3.Eagle3Session(tc, dc)""",
+                                "ClosedError"),
+    "an eagle3 model as an MTP model": ("eagle3.Context(dm, ctx_type='mtp')", "ContextError"),
+}
+
+
+@pytest.fixture(scope="module")
+def extra_models(model_dir, tiny_pair):
+    d = model_dir / "extra"
+    d.mkdir(exist_ok=True)
+    no_vocab = rewrite(tiny_pair[0], d / "novocab.gguf", set_kv={"tokenizer.ggml.model": ("none", T.STRING)},
+                       drop_kv=["tokenizer.ggml.tokens", "tokenizer.ggml.scores"])
+    mtp = write_mtp_target(d / "mtp64.gguf", MtpSpec())
+    mtp32 = write_mtp_target(d / "mtp32.gguf", MtpSpec(n_embd=32, n_head=2, n_head_kv=1))
+    return [str(no_vocab), str(mtp), str(mtp32)]
+
+
+@pytest.mark.parametrize("call", list(MORE_CALLS))
+def test_more_bad_calls(tiny_pair, extra_models, call):
+    code, exc = MORE_CALLS[call]
+    setup = "tm = eagle3.Model(sys.argv[1]); dm = eagle3.Model(sys.argv[2])\n"
+    expect_exception(setup + code.strip(), exc, str(tiny_pair[0]), str(tiny_pair[1]), *extra_models)

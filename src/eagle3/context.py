@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from eagle3 import _core, _logging
@@ -15,11 +17,20 @@ from eagle3.model import Model
 _CTX_TYPES = ("default", "mtp")
 
 
+def default_threads() -> int:
+    """The CPUs this process may run on (llama.cpp's own default of 4 oversubscribes small machines)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 class Context(Resource):
     """A llama.cpp context over a :class:`Model`.
 
     ``Context(model, n_ctx=512, n_batch=512, n_ubatch=None, n_seq_max=1,
-    ctx_type="default", other=None, n_threads=None)``.
+    ctx_type="default", other=None, n_threads=None)``. ``n_threads`` defaults
+    to the CPUs this process may use.
 
     A draft context for an EAGLE-3 session is created against its target
     with ``other=target_ctx`` (llama.cpp's ``ctx_other``: the draft borrows
@@ -51,7 +62,7 @@ class Context(Resource):
         if other is not None:
             n_ctx = other.n_ctx if n_ctx is None else n_ctx
             n_batch = other.n_batch if n_batch is None else n_batch
-            n_ubatch = other.n_ubatch if n_ubatch is None else n_ubatch
+            n_ubatch = min(other.n_ubatch, n_batch) if n_ubatch is None else n_ubatch
             n_seq_max = other.n_seq_max if n_seq_max is None else n_seq_max
         n_ctx = 512 if n_ctx is None else n_ctx
         n_batch = min(512, n_ctx) if n_batch is None else n_batch
@@ -74,9 +85,9 @@ class Context(Resource):
             elif not {"token_embd.weight", "output.weight"} <= model._tensors.keys():
                 raise ContextError("this EAGLE-3 draft borrows the target's embeddings or output head: create "
                                    "its context with other=target_ctx")
-        threads = [0 if t is None else as_int(t, "n_threads", 1, 1024) for t in (n_threads, n_threads_batch)]
-        if threads[1] == 0:
-            threads[1] = threads[0]
+        n_threads = default_threads() if n_threads is None else as_int(n_threads, "n_threads", 1, 1024)
+        n_threads_batch = n_threads if n_threads_batch is None else as_int(n_threads_batch, "n_threads_batch", 1,
+                                                                              1024)
 
         self.model = model
         self.other = other
@@ -84,7 +95,7 @@ class Context(Resource):
         _logging.take_errors()
         try:
             self._handle = _core.ContextHandle(model_handle, n_ctx, n_batch, n_ubatch, n_seq_max,
-                                               ctx_type == "mtp", other_handle, *threads)
+                                               ctx_type == "mtp", other_handle, n_threads, n_threads_batch)
         except ContextError as e:
             raise ContextError(f"llama.cpp could not create the context: {_logging.take_errors() or e}") from None
         h = self._handle
