@@ -8,6 +8,7 @@ from eagle3._core import Batch, read_gguf, system_info
 from eagle3.compat import PairReport, Problem, check_pair
 from eagle3.context import Context
 from eagle3.errors import *  # noqa: F403 (every exception class)
+from eagle3.generation import BatchGeneration, Generation, GenerationStats, TokenStream
 from eagle3.model import Model
 from eagle3.session import Eagle3Session, Eagle3SessionConfig, MtpSession
 
@@ -20,6 +21,10 @@ __all__ = [
     "Eagle3SessionConfig",
     "Model",
     "MtpSession",
+    "Generation",
+    "GenerationStats",
+    "BatchGeneration",
+    "TokenStream",
     "check_pair",
     "PairReport",
     "Problem",

@@ -746,6 +746,11 @@ cdef class ContextHandle:
         self.last_outputs = None
         self.last_n_outputs = 0
 
+    def used_elsewhere(self):
+        """The engine decoded on this context: count it as a decode no batch can claim."""
+        self.serial += 1
+        self.forget_outputs()
+
     def is_last_decoded(self, Batch batch):
         return self.last_batch is batch and self.last_version == batch.version
 
@@ -1034,3 +1039,163 @@ cdef class SessionHandle:
 
     def print_stats(self):
         e3_spec_print_stats(self.ptr)
+
+
+# ---------------------------------------------------------------------------
+# Generation engine
+# ---------------------------------------------------------------------------
+
+FINISH_REASONS = {E3_RUNNING: None, E3_FINISH_LENGTH: "length", E3_FINISH_STOP: "stop",
+                  E3_FINISH_CONTEXT: "context"}
+
+
+cdef class _PointerTable:
+    """C arrays of pointers for one engine call, freed with the object."""
+    cdef const int32_t ** prompts
+    cdef int32_t * lengths
+    cdef int32_t ** outs
+    cdef const char ** strings
+
+    def __cinit__(self, Py_ssize_t n, Py_ssize_t n_strings):
+        self.prompts = <const int32_t **> malloc(max(n, 1) * sizeof(int32_t *))
+        self.lengths = <int32_t *> malloc(max(n, 1) * sizeof(int32_t))
+        self.outs = <int32_t **> malloc(max(n, 1) * sizeof(int32_t *))
+        self.strings = <const char **> malloc(max(n_strings, 1) * sizeof(char *))
+        if not (self.prompts and self.lengths and self.outs and self.strings):
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.prompts)
+        free(self.lengths)
+        free(self.outs)
+        free(self.strings)
+
+
+cdef class EngineHandle:
+    """Owns an ``e3_engine``: the draft/verify/accept loop in C, run without the GIL."""
+
+    cdef e3_engine * ptr
+    cdef readonly ContextHandle target_ctx
+    cdef readonly SessionHandle session
+    cdef readonly list outputs       # one int32 array per request; C writes the tokens into them
+    cdef readonly int32_t n_draft_max
+
+    def __cinit__(self, ContextHandle target, SessionHandle session=None):
+        cdef char err[ERR_LEN]
+        err[0] = 0
+        cdef e3_spec * spec = session.ptr if session is not None else NULL
+        self.ptr = e3_engine_create(target.ptr, spec, err, ERR_LEN)
+        if self.ptr == NULL:
+            raise Eagle3Error(_err_text(err))
+        self.target_ctx = target
+        self.session = session
+        self.n_draft_max = session.n_draft_max if session is not None else 0
+        self.outputs = []
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            e3_engine_free(self.ptr)
+            self.ptr = NULL
+
+    cdef int _check_views(self) except -1:
+        for ctx in (self.target_ctx, self.session.draft_ctx if self.session is not None else None):
+            if ctx is not None and (<ContextHandle> ctx).n_views > 0:
+                raise SessionStateError("logits views of these contexts are alive; generation would overwrite "
+                                        "them. Delete them (or copy them) first")
+        return 0
+
+    def _after(self):
+        self.target_ctx.used_elsewhere()
+        if self.session is not None:
+            self.session.draft_ctx.forget_outputs()
+            self.session.processed_serial = self.target_ctx.serial
+
+    def start(self, seq_ids, list prompts, int32_t max_new, float temperature, int32_t top_k, float top_p,
+              float min_p, uint64_t seed, stop_tokens, list stop_strings, int32_t n_draft, bint adaptive):
+        self._check_views()
+        cdef Py_ssize_t n = len(prompts)
+        sids = _as_int32_array(seq_ids, "seq_ids")
+        if sids.shape[0] != n or n == 0:
+            raise InvalidArgumentError("one sequence id per prompt, and at least one prompt")
+        arrays = [_as_int32_array(p, "prompt") for p in prompts]
+        self.outputs = [np.zeros(max(max_new, 1), dtype=np.int32) for _ in range(n)]
+        stops = _as_int32_array(stop_tokens, "stop_tokens") if len(stop_tokens) else np.zeros(1, np.int32)
+        cdef int32_t n_stops = <int32_t> len(stop_tokens)
+        encoded = [str(x).encode("utf-8") for x in stop_strings]
+        cdef _PointerTable vector_ptrs = _PointerTable(n, len(encoded))
+        cdef Py_ssize_t i
+        cdef const int32_t[::1] view
+        cdef int32_t[::1] outv
+        for i in range(n):
+            view = arrays[i]
+            outv = self.outputs[i]
+            vector_ptrs.prompts[i] = &view[0] if view.shape[0] else NULL
+            vector_ptrs.lengths[i] = <int32_t> view.shape[0]
+            vector_ptrs.outs[i] = &outv[0]
+        for i in range(len(encoded)):
+            vector_ptrs.strings[i] = <const char *> (<bytes> encoded[i])
+        cdef const int32_t[::1] sv = sids
+        cdef const int32_t[::1] stv = stops
+        cdef e3_sampling smp
+        smp.temperature = temperature
+        smp.top_k = top_k
+        smp.top_p = top_p
+        smp.min_p = min_p
+        smp.seed = seed
+        cdef char err[ERR_LEN]
+        err[0] = 0
+        cdef int rc
+        cdef int32_t n_req = <int32_t> n
+        cdef int32_t n_strings = <int32_t> len(encoded)
+        with nogil:
+            rc = e3_engine_start(self.ptr, n_req, &sv[0], vector_ptrs.prompts, vector_ptrs.lengths, max_new,
+                                 vector_ptrs.outs, &smp, &stv[0], n_stops, vector_ptrs.strings, n_strings, n_draft,
+                                 adaptive, err, ERR_LEN)
+        self._after()
+        if rc != E3_OK:
+            _raise_status(rc, err, -1, n_req)
+
+    def step(self):
+        """One round; returns the sequences still generating."""
+        self._check_views()
+        cdef char err[ERR_LEN]
+        err[0] = 0
+        cdef int rc
+        with nogil:
+            rc = e3_engine_step(self.ptr, err, ERR_LEN)
+        self._after()
+        if rc < 0:
+            _raise_status(rc, err, -1, 0)
+        return rc
+
+    def run(self):
+        self._check_views()
+        cdef char err[ERR_LEN]
+        err[0] = 0
+        cdef int rc
+        with nogil:
+            rc = e3_engine_run(self.ptr, err, ERR_LEN)
+        self._after()
+        if rc < 0:
+            _raise_status(rc, err, -1, 0)
+
+    def n_tokens(self, int32_t i):
+        return e3_engine_n_tokens(self.ptr, i)
+
+    def finish_reason(self, int32_t i):
+        return FINISH_REASONS.get(e3_engine_finish(self.ptr, i))
+
+    def stats(self):
+        cdef e3_gen_stats st
+        e3_engine_stats(self.ptr, &st)
+        per_pos = np.zeros(max(self.n_draft_max, 0), dtype=np.int64)
+        cdef int64_t[::1] pp = per_pos
+        if self.n_draft_max > 0:
+            e3_engine_accept_per_pos(self.ptr, &pp[0], self.n_draft_max)
+        return {
+            "n_prompt": st.n_prompt, "n_generated": st.n_generated, "n_rounds": st.n_rounds,
+            "n_seq_rounds": st.n_seq_rounds, "n_draft_calls": st.n_draft_calls, "n_drafted": st.n_drafted,
+            "n_accepted": st.n_accepted, "accepted_per_position": per_pos, "t_prefill_s": st.t_prefill_s,
+            "t_draft_s": st.t_draft_s, "t_verify_s": st.t_verify_s, "t_process_s": st.t_process_s,
+            "t_sample_s": st.t_sample_s, "t_total_s": st.t_total_s,
+        }

@@ -51,6 +51,7 @@ cdef extern from "eagle3_shim.h" nogil:
                       const int32_t * id_last, const int32_t * n_max, int32_t * out, int32_t out_stride,
                       int32_t * out_len, char * err, size_t n_err)
     int e3_spec_accept(e3_spec * spec, int32_t seq_id, int32_t n_accepted, char * err, size_t n_err)
+    int e3_spec_reset_seq(e3_spec * spec, int32_t seq_id)
     int32_t e3_spec_pending(const e3_spec * spec, int32_t seq_id)
     int e3_spec_counters_get(const e3_spec * spec, int32_t seq_id, e3_spec_counters * out)
     int e3_spec_accept_per_pos(const e3_spec * spec, int32_t seq_id, int64_t * out, int32_t n)
@@ -62,3 +63,48 @@ cdef extern from "eagle3_shim.h" nogil:
     ctypedef void (*e3_log_callback)(int level, const char * text, void * user_data) noexcept
     void e3_log_set(e3_log_callback cb, void * user_data)
     void e3_log_set_common_verbosity(int verbosity)
+
+
+cdef extern from "eagle3_engine.h" nogil:
+    ctypedef struct e3_sampling:
+        float temperature
+        int32_t top_k
+        float top_p
+        float min_p
+        uint64_t seed
+
+    enum:
+        E3_RUNNING
+        E3_FINISH_LENGTH
+        E3_FINISH_STOP
+        E3_FINISH_CONTEXT
+
+    ctypedef struct e3_gen_stats:
+        int64_t n_prompt
+        int64_t n_generated
+        int64_t n_rounds
+        int64_t n_seq_rounds
+        int64_t n_draft_calls
+        int64_t n_drafted
+        int64_t n_accepted
+        double t_prefill_s
+        double t_draft_s
+        double t_verify_s
+        double t_process_s
+        double t_sample_s
+        double t_total_s
+
+    ctypedef struct e3_engine
+
+    e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, char * err, size_t n_err)
+    void e3_engine_free(e3_engine * engine)
+    int e3_engine_start(e3_engine * engine, int32_t n_req, const int32_t * seq_ids, const int32_t * const * prompts,
+                        const int32_t * n_prompt, int32_t max_new, int32_t * const * out, const e3_sampling * sampling,
+                        const int32_t * stop_tokens, int32_t n_stop_tokens, const char * const * stop_strings,
+                        int32_t n_stop_strings, int32_t n_draft, int32_t adaptive, char * err, size_t n_err)
+    int e3_engine_step(e3_engine * engine, char * err, size_t n_err)
+    int e3_engine_run(e3_engine * engine, char * err, size_t n_err)
+    int32_t e3_engine_n_tokens(const e3_engine * engine, int32_t i)
+    int32_t e3_engine_finish(const e3_engine * engine, int32_t i)
+    void e3_engine_stats(const e3_engine * engine, e3_gen_stats * out)
+    void e3_engine_accept_per_pos(const e3_engine * engine, int64_t * out, int32_t n)

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from eagle3 import _core, _logging
+from eagle3 import _core, _logging, generation
 from eagle3._core import Batch
 from eagle3._lifetime import Resource
 from eagle3.compat import check_pair
@@ -159,6 +159,24 @@ class Context(Resource):
         """Empty the KV cache of every sequence."""
         with self._lock:
             self._live().clear()
+
+    def generate(self, prompt, max_new_tokens: int = 128, **kwargs) -> generation.Generation:
+        """Plain decoding (no speculation) with the sampler of ``Eagle3Session.generate``,
+        one token per target pass, in C without the GIL. Arguments as there (no ``n_draft_max``)."""
+        return self.generate_batch([prompt], max_new_tokens, **kwargs)[0]
+
+    def generate_batch(self, prompts, max_new_tokens: int = 128, **kwargs) -> generation.BatchGeneration:
+        """Plain decoding of several prompts at once, one per sequence (at most ``n_seq_max``)."""
+        if isinstance(prompts, str) or "n_draft_max" in kwargs:
+            raise ArgumentTypeError("prompts is a list of prompts; plain decoding has no n_draft_max")
+        s = generation.settings(max_new_tokens, n_draft_max=None, session_n_draft_max=0, **kwargs)
+        prompts = [generation.prompt_tokens(self.model, p) for p in prompts]
+        if not 1 <= len(prompts) <= self.n_seq_max:
+            raise InvalidArgumentError(f"{len(prompts)} prompts; this context holds 1 to {self.n_seq_max} sequences")
+        with self._lock:
+            engine = _core.EngineHandle(self._live())
+            results = generation.run(engine, self.model, prompts, range(len(prompts)), s)
+        return generation.BatchGeneration(results, results[0].stats)
 
     def __repr__(self) -> str:
         if self.closed:

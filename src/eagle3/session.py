@@ -35,13 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from eagle3 import _core
+from eagle3 import _core, generation
 from eagle3._core import Batch
 from eagle3.compat import check_pair
+from eagle3.generation import BatchGeneration, Generation, GenerationStats, TokenStream
 from eagle3._lifetime import Resource
 from eagle3.context import Context
 from eagle3._validate import as_int
-from eagle3.errors import ArgumentTypeError, InvalidConfigError, SessionInitError
+from eagle3.errors import ArgumentTypeError, InvalidArgumentError, InvalidConfigError, SessionInitError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,11 +119,19 @@ class _SpeculativeSession(Resource):
             self._handle = _core.SessionHandle(self._spec_type, target_ctx._live(), draft_ctx._live(),
                                                config.n_seq, config.n_draft_max, config.n_min,
                                                float(config.p_min))
+        self._engine_handle: _core.EngineHandle | None = None
+        self.generation_stats = GenerationStats()
+        """The counters of every generate/generate_batch call of this session, summed."""
         target_ctx._adopt(self)
         draft_ctx._adopt(self)
 
     def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
         raise NotImplementedError
+
+    def close(self) -> None:
+        with self._lock:
+            super().close()
+            self._engine_handle = None
 
     # serialize against the draft context too when it has a lock of its own (MTP)
     def _acquire(self):
@@ -236,6 +245,79 @@ class _SpeculativeSession(Resource):
             self._live().accept(as_int(seq_id, "seq_id"), as_int(n_accepted, "n_accepted"))
         finally:
             self._release()
+
+    # -- whole generations, looped in C -------------------------------------
+
+    def _engine(self) -> _core.EngineHandle:
+        handle = self._live()
+        if self._engine_handle is None or self._engine_handle.session is not handle:
+            self._engine_handle = _core.EngineHandle(handle.target_ctx, handle)
+        return self._engine_handle
+
+    def _settings(self, max_new_tokens, kwargs) -> generation.Settings:
+        return generation.settings(max_new_tokens, session_n_draft_max=self._live().n_draft_max, **kwargs)
+
+    def _generate(self, prompts, max_new_tokens, kwargs) -> list[Generation]:
+        s = self._settings(max_new_tokens, kwargs)
+        model = self.target.model
+        tokens = [generation.prompt_tokens(model, p) for p in prompts]
+        self._acquire()
+        try:
+            results = generation.run(self._engine(), model, tokens, range(len(tokens)), s)
+        finally:
+            self._release()
+        self.generation_stats = self.generation_stats + results[0].stats
+        return results
+
+    def generate(self, prompt, max_new_tokens: int = 128, *, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, min_p: float = 0.0, seed: int | None = None, stop_tokens=(),
+                 stop_strings=(), n_draft_max: int | str | None = None) -> Generation:
+        """Generate up to ``max_new_tokens`` tokens after ``prompt`` (text or token ids) on sequence 0.
+
+        The whole draft, verify, process, accept and trim loop runs inside the
+        extension without the GIL. ``temperature=0`` is greedy (the result is
+        the target's own greedy decoding); otherwise tokens are sampled from
+        the target's distribution, losslessly. ``n_draft_max`` caps the draft
+        length (``"auto"`` adapts it to the acceptance of each round). The
+        sequence's previous KV cache is cleared first.
+        """
+        kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                      stop_tokens=stop_tokens, stop_strings=stop_strings, n_draft_max=n_draft_max)
+        return self._generate([prompt], max_new_tokens, kwargs)[0]
+
+    def generate_batch(self, prompts, max_new_tokens: int = 128, **kwargs) -> BatchGeneration:
+        """Generate for several prompts at once, one per sequence (at most ``n_seq``).
+
+        Each round verifies every live sequence's drafts in one target batch;
+        sequences finish independently. Arguments as :meth:`generate`.
+        """
+        if isinstance(prompts, str):
+            raise ArgumentTypeError("prompts is a list of prompts")
+        prompts = list(prompts)
+        if not 1 <= len(prompts) <= self.n_seq:
+            raise InvalidArgumentError(f"{len(prompts)} prompts; this session runs 1 to n_seq = {self.n_seq}")
+        results = self._generate(prompts, max_new_tokens, kwargs)
+        return BatchGeneration(results, results[0].stats)
+
+    def stream(self, prompt, max_new_tokens: int = 128, **kwargs) -> TokenStream:
+        """Like :meth:`generate`, but yields each token as soon as it is accepted.
+
+        The returned iterator's ``generation`` holds the :class:`Generation`
+        once it is exhausted. Between rounds the contexts are free: a call
+        that uses them in the meantime ends the stream with SessionStateError.
+        """
+        s = self._settings(max_new_tokens, kwargs)
+        tokens = generation.prompt_tokens(self.target.model, prompt)
+        engine = self._engine()
+
+        class _Lock:
+            def __enter__(_):
+                self._acquire()
+
+            def __exit__(_, *exc):
+                self._release()
+
+        return TokenStream(generation.stream(engine, self.target.model, tokens, s, _Lock(), self._live))
 
     # -- statistics --------------------------------------------------------
 

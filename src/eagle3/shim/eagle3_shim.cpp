@@ -319,6 +319,7 @@ extern "C" e3_spec * e3_spec_create(llama_context * ctx_tgt, llama_context * ctx
         params.draft.n_max = cfg->n_draft_max;
         params.draft.n_min = cfg->n_min;
         params.draft.p_min = cfg->p_min;
+        params.draft.backend_sampling = false;
 
         common_speculative * spec = common_speculative_init(params, cfg->n_seq);
         if (!spec) {
@@ -573,6 +574,16 @@ extern "C" int e3_spec_accept(e3_spec * s, int32_t seq_id, int32_t n_accepted, c
     } catch (const std::exception & e) {
         return fail(err, n_err, E3_ERR_EXCEPTION, "accept: %s", e.what());
     }
+    return E3_OK;
+}
+
+extern "C" int e3_spec_reset_seq(e3_spec * s, int32_t seq_id) {
+    if (!s || !s->seq_ok(seq_id)) {
+        return E3_ERR_SEQ;
+    }
+    s->pending[seq_id] = -1;
+    s->prompts[seq_id].clear();
+    llama_memory_seq_rm(llama_get_memory(s->ctx_dft), seq_id, -1, -1);
     return E3_OK;
 }
 

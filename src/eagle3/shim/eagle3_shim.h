@@ -97,6 +97,10 @@ int e3_spec_draft(e3_spec * spec, int32_t n_req, const int32_t * seq_ids,
  * 0 <= n_accepted <= its length. */
 int e3_spec_accept(e3_spec * spec, int32_t seq_id, int32_t n_accepted, char * err, size_t n_err);
 
+/* Forgets seq_id's draft state and clears its draft-side KV cache, for a new
+ * generation on that sequence. */
+int e3_spec_reset_seq(e3_spec * spec, int32_t seq_id);
+
 /* Length of the draft awaiting accept() for seq_id, or -1 if none. */
 int32_t e3_spec_pending(const e3_spec * spec, int32_t seq_id);
 

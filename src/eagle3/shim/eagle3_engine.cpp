@@ -1,0 +1,604 @@
+// eagle3_engine.cpp: the generation loop of eagle3_engine.h.
+//
+// Uses only llama.h and the shim's C ABI (eagle3_shim.h): the session's
+// checks and draft/accept bookkeeping apply here exactly as from Python.
+
+#include "eagle3_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+int fail(char * err, size_t n_err, int code, const char * fmt, ...) {
+    if (err && n_err > 0) {
+        va_list args;
+        va_start(args, fmt);
+        std::vsnprintf(err, n_err, fmt, args);
+        va_end(args);
+    }
+    return code;
+}
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// SplitMix64: independent, reproducible seeds for each request's stream
+uint64_t mix_seed(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+// Samples a token from one row of logits; one uniform draw per call.
+class sampler {
+  public:
+    int32_t sample(const float * logits, int32_t n_vocab, const e3_sampling & s, std::mt19937_64 & rng) {
+        if (s.temperature <= 0.0f) {
+            return (int32_t) (std::max_element(logits, logits + n_vocab) - logits);
+        }
+        const double u = (double) (rng() >> 11) * (1.0 / 9007199254740992.0);
+
+        cand_.resize(n_vocab);
+        for (int32_t i = 0; i < n_vocab; ++i) {
+            cand_[i] = {logits[i], i};
+        }
+        auto by_logit = [](const cand & a, const cand & b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+        size_t n = cand_.size();
+        bool sorted = false;
+        if (s.top_k > 0 && (size_t) s.top_k < n) {
+            std::partial_sort(cand_.begin(), cand_.begin() + s.top_k, cand_.end(), by_logit);
+            n = (size_t) s.top_k;
+            sorted = true;
+        }
+        if ((s.top_p < 1.0f || s.min_p > 0.0f) && !sorted) {
+            std::sort(cand_.begin(), cand_.begin() + n, by_logit);
+            sorted = true;
+        }
+        const float max_logit = sorted ? cand_[0].logit
+                                       : std::max_element(cand_.begin(), cand_.begin() + n, by_logit)->logit;
+        if (s.top_p < 1.0f || s.min_p > 0.0f) {
+            // truncation on the untempered distribution, as llama.cpp's default chain
+            probs_.resize(n);
+            double sum = 0.0;
+            for (size_t i = 0; i < n; ++i) {
+                probs_[i] = std::exp((double) cand_[i].logit - max_logit);
+                sum += probs_[i];
+            }
+            size_t keep = n;
+            if (s.top_p < 1.0f) {
+                double cum = 0.0;
+                for (size_t i = 0; i < n; ++i) {
+                    cum += probs_[i] / sum;
+                    if (cum >= s.top_p) {
+                        keep = i + 1;
+                        break;
+                    }
+                }
+            }
+            if (s.min_p > 0.0f) {
+                const double floor = s.min_p * probs_[0];  // the first candidate has the largest probability
+                size_t k = 1;
+                while (k < keep && probs_[k] >= floor) {
+                    ++k;
+                }
+                keep = k;
+            }
+            n = keep;
+        }
+        probs_.resize(n);
+        double sum = 0.0;
+        for (size_t i = 0; i < n; ++i) {
+            probs_[i] = std::exp(((double) cand_[i].logit - max_logit) / s.temperature);
+            sum += probs_[i];
+        }
+        double target = u * sum;
+        for (size_t i = 0; i < n; ++i) {
+            target -= probs_[i];
+            if (target < 0.0) {
+                return cand_[i].id;
+            }
+        }
+        return cand_[n - 1].id;
+    }
+
+  private:
+    struct cand {
+        float   logit;
+        int32_t id;
+    };
+    std::vector<cand>   cand_;
+    std::vector<double> probs_;
+};
+
+struct sequence {
+    int32_t seq_id = 0;
+    int32_t * out = nullptr;
+    int32_t n_out = 0;
+    int32_t id_last = 0;
+    int32_t n_past = 0;
+    int32_t finish = E3_RUNNING;
+    int32_t cap = 0;          // draft length cap of this sequence
+    std::mt19937_64 rng;
+    std::string text;         // detokenized output, for stop strings
+    // this round
+    int32_t draft_len = 0;
+    int32_t row0 = 0;
+    bool drafted = false;
+};
+
+}  // namespace
+
+struct e3_engine {
+    llama_context * ctx = nullptr;
+    e3_spec * spec = nullptr;
+    const llama_vocab * vocab = nullptr;
+    int32_t n_vocab = 0;
+    int32_t n_batch = 0;
+    int32_t n_ctx_seq = 0;
+    int32_t n_draft_spec = 0;  // the session's n_draft_max
+    llama_batch_ext * batch = nullptr;
+
+    std::vector<sequence> seqs;
+    int32_t max_new = 0;
+    e3_sampling sampling{};
+    std::vector<int32_t> stop_tokens;
+    std::vector<std::string> stop_strings;
+    int32_t n_draft = 0;
+    bool adaptive = false;
+
+    e3_gen_stats stats{};
+    std::vector<int64_t> per_pos;
+    clock_type::time_point t_start;
+
+    sampler smpl;
+    // the batch's entries, for e3_spec_process
+    std::vector<int32_t> b_tok, b_pos, b_seq;
+    // draft requests
+    std::vector<int32_t> d_seq, d_past, d_last, d_cap, d_len, d_out;
+    std::vector<int32_t> d_owner;  // index into seqs of each request
+    std::vector<int32_t> accepted;
+    char piece[256];
+
+    void batch_clear() {
+        llama_batch_ext_clear(batch);
+        b_tok.clear();
+        b_pos.clear();
+        b_seq.clear();
+    }
+
+    int batch_add(int32_t seq, int32_t token, int32_t pos, bool output, char * err, size_t n_err) {
+        const int32_t idx = llama_batch_ext_add_token(batch, seq, token);
+        if (idx < 0) {
+            return fail(err, n_err, E3_ERR_ARG, "llama.cpp refused batch entry (token %d, sequence %d): code %d",
+                        (int) token, (int) seq, (int) idx);
+        }
+        llama_batch_ext_set_pos(batch, idx, &pos);
+        if (output) {
+            llama_batch_ext_set_output_logits(batch, idx, true);
+        }
+        b_tok.push_back(token);
+        b_pos.push_back(pos);
+        b_seq.push_back(seq);
+        return E3_OK;
+    }
+
+    // decode the batch on the target and hand it to the session
+    int batch_run(double & t_decode, char * err, size_t n_err) {
+        auto t0 = clock_type::now();
+        const int32_t rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch);
+        t_decode += seconds_since(t0);
+        if (rc != 0) {
+            return fail(err, n_err, E3_ERR_EXCEPTION, "the target failed to decode a batch of %d tokens (code %d)",
+                        (int) b_tok.size(), (int) rc);
+        }
+        if (spec) {
+            t0 = clock_type::now();
+            const int status = e3_spec_process(spec, (int32_t) b_tok.size(), b_tok.data(), b_pos.data(),
+                                               b_seq.data(), err, n_err);
+            stats.t_process_s += seconds_since(t0);
+            if (status != E3_OK) {
+                return status;
+            }
+        }
+        return E3_OK;
+    }
+
+    int32_t sample_row(sequence & s, int32_t row) {
+        const auto t0 = clock_type::now();
+        const float * logits = llama_get_logits_ith(ctx, row);
+        const int32_t token = logits ? smpl.sample(logits, n_vocab, sampling, s.rng) : 0;
+        stats.t_sample_s += seconds_since(t0);
+        return token;
+    }
+
+    // appends one generated token; returns false once the sequence is done
+    bool emit(sequence & s, int32_t token) {
+        s.out[s.n_out++] = token;
+        stats.n_generated++;
+        if (llama_vocab_is_eog(vocab, token) ||
+            std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end()) {
+            s.finish = E3_FINISH_STOP;
+            return false;
+        }
+        if (!stop_strings.empty()) {
+            const int32_t n = llama_token_to_piece(vocab, token, piece, sizeof(piece), 0, false);
+            if (n > 0) {
+                const size_t from = s.text.size();
+                s.text.append(piece, n);
+                for (const auto & stop : stop_strings) {
+                    const size_t start = from >= stop.size() ? from - stop.size() + 1 : 0;
+                    if (s.text.find(stop, start) != std::string::npos) {
+                        s.finish = E3_FINISH_STOP;
+                        return false;
+                    }
+                }
+            }
+        }
+        if (s.n_out >= max_new) {
+            s.finish = E3_FINISH_LENGTH;
+            return false;
+        }
+        return true;
+    }
+
+    int32_t draft_cap(const sequence & s) const {
+        if (!spec) {
+            return 0;
+        }
+        const int32_t room_ctx = n_ctx_seq - s.n_past - 1;  // positions n_past .. n_past + cap
+        const int32_t room_out = max_new - s.n_out - 1;     // the round also yields one target token
+        return std::max(0, std::min({s.cap, room_ctx, room_out}));
+    }
+};
+
+extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, char * err, size_t n_err) {
+    if (!ctx_tgt) {
+        fail(err, n_err, E3_ERR_ARG, "no target context");
+        return nullptr;
+    }
+    try {
+        auto * e = new e3_engine;
+        e->ctx = ctx_tgt;
+        e->spec = spec;
+        e->vocab = llama_model_get_vocab(llama_get_model(ctx_tgt));
+        e->n_vocab = llama_vocab_n_tokens(e->vocab);
+        e->n_batch = (int32_t) llama_n_batch(ctx_tgt);
+        e->n_ctx_seq = (int32_t) llama_n_ctx_seq(ctx_tgt);
+        e->n_draft_spec = spec ? e3_spec_n_draft_max(spec) : 0;
+        e->batch = llama_batch_ext_init(ctx_tgt);
+        if (!e->batch) {
+            delete e;
+            fail(err, n_err, E3_ERR_INIT, "could not allocate a batch");
+            return nullptr;
+        }
+        return e;
+    } catch (const std::exception & ex) {
+        fail(err, n_err, E3_ERR_EXCEPTION, "%s", ex.what());
+    }
+    return nullptr;
+}
+
+extern "C" void e3_engine_free(e3_engine * e) {
+    if (!e) {
+        return;
+    }
+    llama_batch_ext_free(e->batch);
+    delete e;
+}
+
+static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, const int32_t * const * prompts,
+                        const int32_t * n_prompt, int32_t max_new, int32_t * const * out,
+                        const e3_sampling * sampling, const int32_t * stop_tokens, int32_t n_stop_tokens,
+                        const char * const * stop_strings, int32_t n_stop_strings, int32_t n_draft,
+                        int32_t adaptive, char * err, size_t n_err) {
+    const int32_t n_seq_limit = e->spec ? e3_spec_n_seq(e->spec) : (int32_t) llama_n_seq_max(e->ctx);
+    if (n_req <= 0 || n_req > n_seq_limit) {
+        return fail(err, n_err, E3_ERR_ARG, "%d sequences requested; this %s handles 1 to %d", (int) n_req,
+                    e->spec ? "session" : "context", (int) n_seq_limit);
+    }
+    if (!e->spec && n_req > e->n_batch) {
+        return fail(err, n_err, E3_ERR_ARG, "%d sequences do not fit one batch (n_batch = %d)", (int) n_req,
+                    (int) e->n_batch);
+    }
+    if (max_new <= 0) {
+        return fail(err, n_err, E3_ERR_ARG, "max_new_tokens must be > 0");
+    }
+    if (!sampling || !(sampling->top_p > 0.0f) || !(sampling->min_p <= 1.0f) || std::isnan(sampling->temperature)) {
+        return fail(err, n_err, E3_ERR_ARG, "invalid sampling settings");
+    }
+    if (e->spec && (n_draft < 0 || n_draft > e->n_draft_spec)) {
+        return fail(err, n_err, E3_ERR_ARG, "n_draft must be in [0, %d]", (int) e->n_draft_spec);
+    }
+    std::vector<char> seen(n_seq_limit, 0);
+    for (int32_t i = 0; i < n_req; ++i) {
+        if (seq_ids[i] < 0 || seq_ids[i] >= n_seq_limit || seen[seq_ids[i]]) {
+            return fail(err, n_err, E3_ERR_SEQ, "sequence id %d out of range or repeated", (int) seq_ids[i]);
+        }
+        seen[seq_ids[i]] = 1;
+        if (n_prompt[i] <= 0) {
+            return fail(err, n_err, E3_ERR_ARG, "prompt %d is empty", (int) i);
+        }
+        if (n_prompt[i] >= e->n_ctx_seq) {
+            return fail(err, n_err, E3_ERR_ARG, "prompt %d has %d tokens; the context holds %d per sequence",
+                        (int) i, (int) n_prompt[i], (int) e->n_ctx_seq);
+        }
+        for (int32_t k = 0; k < n_prompt[i]; ++k) {
+            if (prompts[i][k] < 0 || prompts[i][k] >= e->n_vocab) {
+                return fail(err, n_err, E3_ERR_ARG, "prompt %d has token %d outside the vocabulary (0..%d)", (int) i,
+                            (int) prompts[i][k], (int) e->n_vocab - 1);
+            }
+        }
+    }
+    for (int32_t k = 0; k < n_stop_tokens; ++k) {
+        if (stop_tokens[k] < 0 || stop_tokens[k] >= e->n_vocab) {
+            return fail(err, n_err, E3_ERR_ARG, "stop token %d outside the vocabulary", (int) stop_tokens[k]);
+        }
+    }
+
+    e->max_new = max_new;
+    e->sampling = *sampling;
+    e->stop_tokens.assign(stop_tokens, stop_tokens + n_stop_tokens);
+    e->stop_strings.clear();
+    for (int32_t k = 0; k < n_stop_strings; ++k) {
+        if (stop_strings[k] && stop_strings[k][0]) {
+            e->stop_strings.emplace_back(stop_strings[k]);
+        }
+    }
+    e->n_draft = e->spec ? (n_draft > 0 ? n_draft : e->n_draft_spec) : 0;
+    e->adaptive = adaptive != 0;
+    e->stats = e3_gen_stats{};
+    e->per_pos.assign(std::max(e->n_draft_spec, 1), 0);
+    e->t_start = clock_type::now();
+
+    e->seqs.assign(n_req, sequence{});
+    llama_memory_t mem = llama_get_memory(e->ctx);
+    for (int32_t i = 0; i < n_req; ++i) {
+        sequence & s = e->seqs[i];
+        s.seq_id = seq_ids[i];
+        s.out = out[i];
+        s.cap = e->adaptive ? std::min(2, e->n_draft) : e->n_draft;
+        s.rng.seed(mix_seed(sampling->seed + (uint64_t) i));
+        llama_memory_seq_rm(mem, s.seq_id, -1, -1);
+        if (e->spec) {
+            // the draft side of a sequence starts over with it
+            e3_spec_reset_seq(e->spec, s.seq_id);
+        }
+    }
+
+    // prefill: chunks of n_batch over all prompts; sample each first token
+    // from the chunk holding its prompt's last token
+    const auto t0 = clock_type::now();
+    double t_decode = 0.0;
+    e->batch_clear();
+    std::vector<std::pair<int32_t, int32_t>> ready;  // (request, row) sampled after this chunk
+    for (int32_t i = 0; i < n_req; ++i) {
+        for (int32_t k = 0; k < n_prompt[i]; ++k) {
+            const bool last = k == n_prompt[i] - 1;
+            if (last) {
+                ready.emplace_back(i, (int32_t) e->b_tok.size());
+            }
+            if (int rc = e->batch_add(seq_ids[i], prompts[i][k], k, last, err, n_err)) {
+                return rc;
+            }
+            const bool end = last && i == n_req - 1;
+            if ((int32_t) e->b_tok.size() == e->n_batch || end) {
+                if (int rc = e->batch_run(t_decode, err, n_err)) {
+                    return rc;
+                }
+                for (auto [req, row] : ready) {
+                    sequence & s = e->seqs[req];
+                    s.n_past = n_prompt[req];
+                    s.id_last = e->sample_row(s, row);
+                    e->emit(s, s.id_last);
+                }
+                ready.clear();
+                e->batch_clear();
+            }
+        }
+        e->stats.n_prompt += n_prompt[i];
+        if (e->spec) {
+            e3_spec_begin(e->spec, seq_ids[i], prompts[i], n_prompt[i], nullptr, 0);
+        }
+    }
+    e->stats.t_prefill_s = seconds_since(t0);
+    return E3_OK;
+}
+
+extern "C" int e3_engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids,
+                               const int32_t * const * prompts, const int32_t * n_prompt, int32_t max_new,
+                               int32_t * const * out, const e3_sampling * sampling, const int32_t * stop_tokens,
+                               int32_t n_stop_tokens, const char * const * stop_strings, int32_t n_stop_strings,
+                               int32_t n_draft, int32_t adaptive, char * err, size_t n_err) {
+    if (!e) {
+        return fail(err, n_err, E3_ERR_STATE, "the engine is closed");
+    }
+    try {
+        const int rc = engine_start(e, n_req, seq_ids, prompts, n_prompt, max_new, out, sampling, stop_tokens,
+                                    n_stop_tokens, stop_strings, n_stop_strings, n_draft, adaptive, err, n_err);
+        if (rc != E3_OK) {
+            e->seqs.clear();
+        }
+        return rc;
+    } catch (const std::exception & ex) {
+        e->seqs.clear();
+        return fail(err, n_err, E3_ERR_EXCEPTION, "%s", ex.what());
+    }
+}
+
+static int engine_step(e3_engine * e, char * err, size_t n_err) {
+    // 1. draft for every live sequence with room for it, in one call
+    e->d_seq.clear();
+    e->d_past.clear();
+    e->d_last.clear();
+    e->d_cap.clear();
+    e->d_owner.clear();
+    int32_t n_live = 0;
+    for (int32_t i = 0; i < (int32_t) e->seqs.size(); ++i) {
+        sequence & s = e->seqs[i];
+        s.draft_len = 0;
+        s.drafted = false;
+        if (s.finish != E3_RUNNING) {
+            continue;
+        }
+        if (s.n_past >= e->n_ctx_seq) {
+            s.finish = E3_FINISH_CONTEXT;
+            continue;
+        }
+        n_live++;
+        const int32_t cap = e->draft_cap(s);
+        if (cap > 0) {
+            e->d_seq.push_back(s.seq_id);
+            e->d_past.push_back(s.n_past);
+            e->d_last.push_back(s.id_last);
+            e->d_cap.push_back(cap);
+            e->d_owner.push_back(i);
+        }
+    }
+    if (n_live == 0) {
+        return 0;
+    }
+    const int32_t n_req = (int32_t) e->d_seq.size();
+    const int32_t stride = std::max(e->n_draft_spec, 1);
+    if (n_req > 0) {
+        e->d_out.assign((size_t) n_req * stride, 0);
+        e->d_len.assign(n_req, 0);
+        const auto t0 = clock_type::now();
+        const int rc = e3_spec_draft(e->spec, n_req, e->d_seq.data(), e->d_past.data(), e->d_last.data(),
+                                     e->d_cap.data(), e->d_out.data(), stride, e->d_len.data(), err, n_err);
+        e->stats.t_draft_s += seconds_since(t0);
+        if (rc != E3_OK) {
+            return rc;
+        }
+        for (int32_t r = 0; r < n_req; ++r) {
+            sequence & s = e->seqs[e->d_owner[r]];
+            s.draft_len = std::min(e->d_len[r], e->d_cap[r]);
+            s.drafted = true;
+            e->stats.n_draft_calls++;
+            e->stats.n_drafted += s.draft_len;
+        }
+    }
+
+    // 2. verify: one batch with every live sequence's last token and drafts
+    e->batch_clear();
+    for (int32_t i = 0; i < (int32_t) e->seqs.size(); ++i) {
+        sequence & s = e->seqs[i];
+        if (s.finish != E3_RUNNING) {
+            continue;
+        }
+        s.row0 = (int32_t) e->b_tok.size();
+        if (int rc = e->batch_add(s.seq_id, s.id_last, s.n_past, true, err, n_err)) {
+            return rc;
+        }
+        const int32_t * draft = nullptr;
+        if (s.drafted) {
+            const auto r = std::find(e->d_owner.begin(), e->d_owner.end(), i) - e->d_owner.begin();
+            draft = e->d_out.data() + (size_t) r * stride;
+        }
+        for (int32_t k = 0; k < s.draft_len; ++k) {
+            if (int rc = e->batch_add(s.seq_id, draft[k], s.n_past + 1 + k, true, err, n_err)) {
+                return rc;
+            }
+        }
+    }
+    if (int rc = e->batch_run(e->stats.t_verify_s, err, n_err)) {
+        return rc;
+    }
+    e->stats.n_rounds++;
+
+    // 3. accept: sample the target at each drafted position while it agrees
+    llama_memory_t mem = llama_get_memory(e->ctx);
+    int32_t n_left = 0;
+    for (int32_t i = 0; i < (int32_t) e->seqs.size(); ++i) {
+        sequence & s = e->seqs[i];
+        if (s.finish != E3_RUNNING) {
+            continue;
+        }
+        e->stats.n_seq_rounds++;
+        e->accepted.clear();
+        for (int32_t k = 0;; ++k) {
+            const int32_t token = e->sample_row(s, s.row0 + k);
+            e->accepted.push_back(token);
+            if (k == s.draft_len || token != e->b_tok[s.row0 + 1 + k]) {
+                break;
+            }
+        }
+        const int32_t n_acc = (int32_t) e->accepted.size() - 1;
+        if (s.drafted) {
+            if (int rc = e3_spec_accept(e->spec, s.seq_id, n_acc, err, n_err)) {
+                return rc;
+            }
+            e->stats.n_accepted += n_acc;
+            for (int32_t k = 0; k < n_acc && k < (int32_t) e->per_pos.size(); ++k) {
+                e->per_pos[k]++;
+            }
+            if (e->adaptive) {
+                s.cap = n_acc == s.draft_len ? std::min(s.cap + 1, e->n_draft) : std::max(1, n_acc + 1);
+            }
+        }
+        s.n_past += n_acc + 1;
+        llama_memory_seq_rm(mem, s.seq_id, s.n_past, -1);  // the rejected drafts
+        for (int32_t token : e->accepted) {
+            if (!e->emit(s, token)) {
+                break;
+            }
+        }
+        s.id_last = e->accepted.back();
+        if (s.finish == E3_RUNNING) {
+            n_left++;
+        }
+    }
+    return n_left;
+}
+
+extern "C" int e3_engine_step(e3_engine * e, char * err, size_t n_err) {
+    if (!e) {
+        return fail(err, n_err, E3_ERR_STATE, "the engine is closed");
+    }
+    try {
+        const int rc = engine_step(e, err, n_err);
+        e->stats.t_total_s = seconds_since(e->t_start);
+        return rc;
+    } catch (const std::exception & ex) {
+        return fail(err, n_err, E3_ERR_EXCEPTION, "%s", ex.what());
+    }
+}
+
+extern "C" int e3_engine_run(e3_engine * e, char * err, size_t n_err) {
+    int rc;
+    while ((rc = e3_engine_step(e, err, n_err)) > 0) {
+    }
+    return rc < 0 ? rc : E3_OK;
+}
+
+extern "C" int32_t e3_engine_n_tokens(const e3_engine * e, int32_t i) {
+    return e && i >= 0 && i < (int32_t) e->seqs.size() ? e->seqs[i].n_out : 0;
+}
+
+extern "C" int32_t e3_engine_finish(const e3_engine * e, int32_t i) {
+    return e && i >= 0 && i < (int32_t) e->seqs.size() ? e->seqs[i].finish : E3_RUNNING;
+}
+
+extern "C" void e3_engine_stats(const e3_engine * e, e3_gen_stats * out) {
+    if (e && out) {
+        *out = e->stats;
+    }
+}
+
+extern "C" void e3_engine_accept_per_pos(const e3_engine * e, int64_t * out, int32_t n) {
+    for (int32_t k = 0; k < n; ++k) {
+        out[k] = e && k < (int32_t) e->per_pos.size() ? e->per_pos[k] : 0;
+    }
+}
