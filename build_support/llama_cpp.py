@@ -91,7 +91,7 @@ def fetch(dest: Path) -> None:
         os.replace(got, archive)
 
 
-def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str) -> list[str]:
+def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, examples: bool = False) -> list[str]:
     off = "OFF"
     return [
         f"-DCMAKE_BUILD_TYPE={build_type}",
@@ -104,7 +104,7 @@ def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str) -> l
         f"-DLLAMA_BUILD_APP={off}",
         f"-DLLAMA_BUILD_TESTS={off}",
         f"-DLLAMA_BUILD_TOOLS={off}",
-        f"-DLLAMA_BUILD_EXAMPLES={off}",
+        f"-DLLAMA_BUILD_EXAMPLES={'ON' if examples else off}",
         f"-DLLAMA_BUILD_SERVER={off}",
         # Explicit, so that SOURCE_DATE_EPOCH (set by some build frontends)
         # cannot silently turn the CPU options off.
@@ -124,7 +124,7 @@ def _build_env(source: Path, build_dir: Path) -> dict[str, str]:
 
 
 def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool, build_type: str,
-          jobs: int) -> None:
+          jobs: int, targets: tuple[str, ...] = ("llama-common",), examples: bool = False) -> None:
     source = source.resolve()  # a symlinked tree sends CMake's ninja into a regeneration loop
     if not (source / "common" / "speculative.h").exists():
         sys.exit(f"eagle3: {source} is not a llama.cpp tree with common/speculative.h")
@@ -132,7 +132,7 @@ def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool
     out_dir.mkdir(parents=True, exist_ok=True)
     env = _build_env(source, build_dir)
 
-    args = _cmake_args(source, out_dir.resolve(), native, build_type)
+    args = _cmake_args(source, out_dir.resolve(), native, build_type, examples)
     stamp = build_dir / "eagle3-configure.json"
     wanted = json.dumps({"source": str(source), "args": args})
     if not (build_dir / "CMakeCache.txt").exists() or not stamp.exists() or stamp.read_text() != wanted:
@@ -140,7 +140,7 @@ def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool
         subprocess.run([cmake, "-S", str(source), "-B", str(build_dir), *generator, *args], env=env, check=True)
         stamp.write_text(wanted)
 
-    subprocess.run([cmake, "--build", str(build_dir), "--target", "llama-common", "--config", build_type,
+    subprocess.run([cmake, "--build", str(build_dir), "--target", *targets, "--config", build_type,
                     "--parallel", str(jobs)], env=env, check=True)
 
     missing = [lib for lib in LIBRARIES if not (out_dir / lib).exists()]
@@ -163,13 +163,16 @@ def main(argv: list[str] | None = None) -> None:
     p_build.add_argument("--native", choices=("true", "false"), default="true")
     p_build.add_argument("--build-type", default="Release")
     p_build.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p_build.add_argument("--target", action="append", dest="targets",
+                         help="CMake target to build (repeatable; default llama-common)")
+    p_build.add_argument("--examples", action="store_true", help="configure llama.cpp's examples too")
 
     args = parser.parse_args(argv)
     if args.command == "fetch":
         fetch(args.dest)
     else:
         build(args.cmake, args.source, args.build_dir, args.out_dir, args.native == "true", args.build_type,
-              args.jobs)
+              args.jobs, tuple(args.targets or ("llama-common",)), args.examples)
 
 
 if __name__ == "__main__":

@@ -86,8 +86,10 @@ class Api(RuleBasedStateMachine):
             toks = toks + [bad]
         if attempt(self.batch.add_sequence, toks, (start or 0) + shift, s, output) is FAILED:
             return
-        if attempt(self.target.decode, self.batch) is not FAILED and process and self.session is not None:
-            attempt(self.session.process, self.batch)
+        if attempt(self.target.decode, self.batch) is not FAILED:
+            attempt(self.target.logits, -1)
+            if process and self.session is not None:
+                attempt(self.session.process, self.batch)
 
     @rule(s=st.integers(0, 2), n_accept=st.integers(0, 8), id_last=token)
     def round(self, s, n_accept, id_last):
@@ -137,7 +139,7 @@ class Api(RuleBasedStateMachine):
             attempt(session.stats, s if n % 2 else None)
             attempt(session.print_stats)
 
-    @rule(i=st.integers(-6, 70), keep=st.booleans())
+    @rule(i=mostly(st.integers(-2, 0), st.integers(-6, 70)), keep=st.booleans())
     def logits(self, i, keep):
         view = attempt(self.target.logits, i)
         if view is not FAILED:

@@ -28,6 +28,9 @@ PAIRS = {
     "chain": (TargetSpec(weights="chain", seed=7), DraftSpec(weights="aligned", agreement=0.7, seed=8)),
     "chain-d2t": (TargetSpec(n_layer=6, n_embd=64, n_head=8, n_head_kv=2, weights="chain", seed=9),
                   DraftSpec(weights="aligned", n_head=8, n_head_kv=8, agreement=0.9, d2t=200, seed=10)),
+    # a flatter next-token distribution, for sampling
+    "chain-soft": (TargetSpec(weights="chain", output_scale=0.1, seed=11),
+                   DraftSpec(weights="aligned", agreement=0.8, seed=12)),
 }
 
 

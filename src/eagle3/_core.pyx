@@ -1002,6 +1002,31 @@ cdef class SessionHandle:
             _raise_status(rc, err, -1, self.n_seq)
         return out, lengths
 
+    def time_bare_draft(self, int32_t seq_id, int32_t n_past, int32_t id_last, int n_calls):
+        """Seconds for ``n_calls`` back-to-back drafts made by C alone (the benchmark of draft()'s
+        own overhead). Repeated drafts from one state are identical, so the session is unchanged."""
+        self._check_seq(seq_id)
+        self._check_n_past(seq_id, n_past)
+        out = np.empty(self.n_draft_max, dtype=np.int32)
+        cdef int32_t[::1] o = out
+        cdef int32_t n_out = 0, n_max = 0
+        cdef char err[ERR_LEN]
+        cdef int i, rc = E3_OK
+        cdef double t0, t1
+        import time
+        t0 = time.perf_counter()
+        with nogil:
+            for i in range(n_calls):
+                rc = e3_spec_draft(self.ptr, 1, &seq_id, &n_past, &id_last, &n_max, &o[0], <int32_t> o.shape[0],
+                                   &n_out, err, ERR_LEN)
+                if rc != E3_OK:
+                    break
+        t1 = time.perf_counter()
+        self.draft_ctx.forget_outputs()
+        if rc != E3_OK:
+            _raise_status(rc, err, seq_id, self.n_seq)
+        return t1 - t0
+
     def accept(self, int32_t seq_id, int32_t n_accepted):
         self._check_seq(seq_id)
         cdef char err[ERR_LEN]

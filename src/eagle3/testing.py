@@ -48,6 +48,7 @@ class TargetSpec:
     n_ctx_train: int = 4096
     weights: str = "random"  # "random" or "chain"
     noise: float = 0.02      # chain: scale of what the blocks add to the residual
+    output_scale: float = 1.0  # scales the output head: lower makes the next-token distribution flatter
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -159,6 +160,7 @@ def write_target(path: str | os.PathLike, spec: TargetSpec = TargetSpec()) -> Pa
     else:
         output = _dense(rng, V, E, 4.0)
         block_scale = 1.0
+    output = (output * spec.output_scale).astype(np.float32)
     tensors = {"token_embd.weight": emb, "output_norm.weight": np.ones(E, np.float32), "output.weight": output}
     for i in range(spec.n_layer):
         tensors.update({

@@ -409,9 +409,9 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
             }
         }
         e->stats.n_prompt += n_prompt[i];
-        if (e->spec) {
-            e3_spec_begin(e->spec, seq_ids[i], prompts[i], n_prompt[i], nullptr, 0);
-        }
+    }
+    for (int32_t i = 0; e->spec && i < n_req; ++i) {
+        e3_spec_begin(e->spec, seq_ids[i], prompts[i], n_prompt[i], nullptr, 0);
     }
     e->stats.t_prefill_s = seconds_since(t0);
     return E3_OK;

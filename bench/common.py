@@ -1,0 +1,49 @@
+"""Shared pieces of the benchmarks: a model pair large enough to time, and timing helpers."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from pathlib import Path
+
+from eagle3.testing import DraftSpec, TargetSpec, write_pair
+
+BUILD = Path(__file__).resolve().parent / ".build"
+
+# A 28M-parameter llama target (8 layers, width 512, 4096 tokens) whose greedy
+# next token follows a fixed rule, and an EAGLE-3 draft that knows 90% of the
+# rule: decoding is not all overhead, and drafts are mostly accepted.
+TARGET = TargetSpec(n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1408, n_vocab=4096, weights="chain", seed=21)
+DRAFT = DraftSpec(n_head=8, n_head_kv=8, n_ff=1408, weights="aligned", agreement=0.9, seed=22)
+PROMPT = list(range(100, 132))
+
+
+# The tests' tiny pair (0.2M parameters): a loop's own overhead dominates.
+TINY_TARGET = TargetSpec(weights="chain", seed=7)
+TINY_DRAFT = DraftSpec(weights="aligned", agreement=0.7, seed=8)
+
+
+def pair(name: str = "bench") -> tuple[Path, Path]:
+    """A benchmark pair (``"bench"`` or ``"tiny"``), written once into bench/.build/models."""
+    target_spec, draft_spec = {"bench": (TARGET, DRAFT), "tiny": (TINY_TARGET, TINY_DRAFT)}[name]
+    directory = BUILD / "models"
+    target, draft = directory / f"{name}-target.gguf", directory / f"{name}-draft.gguf"
+    if not (target.exists() and draft.exists()):
+        logging.getLogger("gguf").setLevel(logging.WARNING)
+        write_pair(directory, target_spec, draft_spec, name=name)
+    return target, draft
+
+
+def side_by_side(*fns, rounds: int = 7) -> list[float]:
+    """Median wall time of each function, run in turn ``rounds`` times after a warm-up,
+    so that both see the same machine (these machines are shared and noisy)."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, spent in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            spent.append(time.perf_counter() - t0)
+    return [statistics.median(spent) for spent in times]
