@@ -1,15 +1,24 @@
-"""The ``eagle3`` command line (also ``python -m eagle3``)."""
+"""The ``eagle3`` command line (also ``python -m eagle3``).
+
+    eagle3 generate "def fibonacci(n):"          # the shipped pair, EAGLE-3
+    eagle3 generate "def f(x):" --compare         # plus plain decoding and the speedup
+    eagle3 bench                                  # speculative vs plain, several draft lengths
+    eagle3 check TARGET.gguf DRAFT.gguf           # does the draft fit the target?
+    eagle3 convert HF_TARGET HF_DRAFT -o OUT      # Hugging Face checkpoints to GGUF
+    eagle3 info MODEL.gguf                        # a model's metadata
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from typing import Any, Sequence
 
 import numpy as np
 
-from eagle3 import _core
+from eagle3 import _core, shipped
 from eagle3.compat import check_pair
 from eagle3.errors import Eagle3Error
 
@@ -32,6 +41,152 @@ def _summary(value: Any, limit: int = 16) -> Any:
     return _jsonable(value)
 
 
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _pair(args: argparse.Namespace) -> tuple[str, str]:
+    if bool(args.target) != bool(args.draft):
+        raise Eagle3Error("give both --target and --draft, or neither (the shipped pair)")
+    if args.target:
+        return args.target, args.draft
+    target, draft = shipped.default_pair()
+    return str(target), str(draft)
+
+
+def _n_draft(value: str) -> int | str:
+    return value if value == "auto" else int(value)
+
+
+class _Loaded:
+    """Models, contexts and a session for the commands that generate."""
+
+    def __init__(self, args: argparse.Namespace, n_draft_max: int):
+        import eagle3
+
+        target_path, draft_path = _pair(args)
+        _progress(f"loading {target_path} and {draft_path}")
+        self.target_model = eagle3.Model(target_path)
+        self.draft_model = eagle3.Model(draft_path)
+        self.target = eagle3.Context(self.target_model, n_ctx=args.n_ctx, n_threads=args.threads)
+        self.draft = eagle3.Context(self.draft_model, other=self.target)
+        self.session = eagle3.Eagle3Session(self.target, self.draft, n_draft_max=n_draft_max)
+
+    def close(self) -> None:
+        self.target_model.close()
+        self.draft_model.close()
+
+
+def _sampling(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    n_draft = _n_draft(args.n_draft_max)
+    loaded = _Loaded(args, 8 if n_draft == "auto" else n_draft)
+    try:
+        sampling = _sampling(args)
+        g = loaded.session.generate(args.prompt, args.n_predict, n_draft_max=n_draft, **sampling)
+        st = g.stats
+        result: dict[str, Any] = {"prompt": args.prompt, "text": g.text, "tokens": g.tokens.tolist(),
+                                  "finish_reason": g.finish_reason, "n_draft_max": n_draft, "stats": st.as_dict()}
+        if args.compare:
+            loaded.target.generate(args.prompt, 8, **sampling)  # warm the plain path too
+            t0 = time.perf_counter()
+            plain = loaded.target.generate(args.prompt, args.n_predict, **sampling)
+            plain_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            g = loaded.session.generate(args.prompt, args.n_predict, n_draft_max=n_draft, **sampling)
+            spec_s = time.perf_counter() - t0
+            st = g.stats
+            result["stats"] = st.as_dict()
+            result["plain"] = {"tokens_per_s": plain.stats.n_generated / plain_s, "seconds": plain_s,
+                               "identical": plain.tokens.tolist() == g.tokens.tolist()}
+            result["speculative_seconds"] = spec_s
+            result["speedup"] = plain_s / spec_s
+        if args.json:
+            print(json.dumps(_jsonable(result), default=_jsonable, indent=2))
+            return 0
+        print(args.prompt + g.text)
+        print(f"\n--- {st.n_generated} tokens in {st.t_total_s:.2f} s ({st.tokens_per_s:.1f} tokens/s), EAGLE-3 "
+              f"n_draft_max={n_draft}: acceptance {st.acceptance_rate:.1%}, tau {st.mean_accepted_length:.2f} "
+              f"tokens per target pass ({g.finish_reason})", file=sys.stderr)
+        if args.compare:
+            plain = result["plain"]
+            print(f"--- plain decoding: {plain['tokens_per_s']:.1f} tokens/s; speedup {result['speedup']:.2f}x; "
+                  f"identical output: {'yes' if plain['identical'] else 'no (sampling)'}", file=sys.stderr)
+        return 0
+    finally:
+        loaded.close()
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    prompts = [args.prompt] if args.prompt else shipped.held_out_prompts()[:args.prompts]
+    drafts = [int(x) for x in args.n_draft]
+    loaded = _Loaded(args, max(drafts))
+    try:
+        plain_s, plain_tokens = 0.0, 0
+        spec_s = {n: 0.0 for n in drafts}
+        stats = {}
+        for i, prompt in enumerate(prompts):  # plain and each draft length in turn, on the same machine state
+            loaded.target.generate(prompt, 4)
+            t0 = time.perf_counter()
+            plain_tokens += loaded.target.generate(prompt, args.n_predict).stats.n_generated
+            plain_s += time.perf_counter() - t0
+            for n_draft in drafts:
+                t0 = time.perf_counter()
+                g = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft)
+                spec_s[n_draft] += time.perf_counter() - t0
+                stats[n_draft] = g.stats if n_draft not in stats else stats[n_draft] + g.stats
+            _progress(f"\r[{'#' * (30 * (i + 1) // len(prompts)):<30}] {i + 1}/{len(prompts)} prompts")
+        plain_rate = plain_tokens / plain_s
+        rows = []
+        for n_draft in drafts:
+            st = stats[n_draft]
+            rate = st.n_generated / spec_s[n_draft]
+            per_pos = st.accepted_per_position[:n_draft] / max(st.n_draft_calls, 1)
+            rows.append({"n_draft_max": n_draft, "tokens_per_s": rate, "plain_tokens_per_s": plain_rate,
+                         "speedup": rate / plain_rate, "tau": st.mean_accepted_length,
+                         "acceptance": st.acceptance_rate, "acceptance_per_position": per_pos.tolist()})
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            print(f"{len(prompts)} prompts, {args.n_predict} tokens each, greedy; plain decoding {plain_rate:.1f} "
+                  f"tokens/s")
+            print(f"{'n_draft_max':>11} {'tokens/s':>9} {'speedup':>8} {'tau':>6} {'acceptance':>11}")
+            for r in rows:
+                print(f"{r['n_draft_max']:>11} {r['tokens_per_s']:>9.1f} {r['speedup']:>7.2f}x {r['tau']:>6.2f} "
+                      f"{r['acceptance']:>10.1%}")
+        if args.plot:
+            _plot(rows, args.plot)
+        return 0
+    finally:
+        loaded.close()
+
+
+def _plot(rows: list[dict], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        _progress("matplotlib is not installed: no plot (pip install matplotlib)")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        rates = r["acceptance_per_position"]
+        ax.plot(range(1, len(rates) + 1), rates, marker="o", label=f"n_draft_max={r['n_draft_max']}")
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("rounds accepting this position")
+    ax.set_ylim(0, 1)
+    ax.set_title("EAGLE-3 acceptance per draft position")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _progress(f"plot written to {path}")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     report = check_pair(args.target, args.draft)
     if args.json:
@@ -42,6 +197,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(report)
     return 0 if report.ok else 1
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from eagle3.convert import convert
+
+    target, draft, report = convert(args.target, args.draft, args.out, outtype=args.outtype, name=args.name)
+    print(f"target: {target}")
+    if draft is not None:
+        print(f"draft:  {draft}")
+        print(report)
+        return 0 if report.ok else 1
+    return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -63,10 +230,45 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", help="target model GGUF (default: the shipped pair)")
+    p.add_argument("--draft", help="its EAGLE-3 draft GGUF")
+    p.add_argument("--n-ctx", type=int, default=2048, help="context size (default 2048)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all usable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="eagle3", description="Speculative decoding with llama.cpp: "
-                                     "EAGLE-3 and MTP sessions.")
+    parser = argparse.ArgumentParser(prog="eagle3", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("generate", help="generate text with EAGLE-3 speculative decoding",
+                       description="Generate a continuation of PROMPT with EAGLE-3 speculative decoding and "
+                                   "print it with its statistics (acceptance, tau, tokens/s).")
+    p.add_argument("prompt", help="the text to continue")
+    p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (default 128)")
+    p.add_argument("--n-draft-max", default="4", help="longest draft, or 'auto' (default 4)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--compare", action="store_true", help="also decode without speculation and print the speedup")
+    p.add_argument("--json", action="store_true", help="print the result and statistics as one JSON object")
+    _add_model_args(p)
+    p.set_defaults(run=cmd_generate)
+
+    p = sub.add_parser("bench", help="speculative vs plain decoding over several draft lengths",
+                       description="Time greedy speculative decoding against plain decoding of the same target, "
+                                   "on held-out prompts (or PROMPT), for each draft length.")
+    p.add_argument("--prompt", help="one prompt instead of the shipped held-out prompts")
+    p.add_argument("--prompts", type=int, default=8, help="how many held-out prompts (default 8)")
+    p.add_argument("-n", "--n-predict", type=int, default=128)
+    p.add_argument("--n-draft", nargs="+", default=["2", "4", "8"], help="draft lengths (default 2 4 8)")
+    p.add_argument("--plot", help="write a PNG of acceptance per draft position here (needs matplotlib)")
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    _add_model_args(p)
+    p.set_defaults(run=cmd_bench)
 
     p = sub.add_parser("check", help="check that an EAGLE-3 draft fits its target (exit 0 if so, 1 if not)",
                        description="Read both GGUF headers (no weights) and list every incompatibility.")
@@ -74,6 +276,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("draft", help="EAGLE-3 draft GGUF")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=cmd_check)
+
+    p = sub.add_parser("convert", help="convert Hugging Face checkpoints (target, EAGLE-3 draft) to GGUF",
+                       description="Convert a Hugging Face target and its EAGLE-3 draft with llama.cpp's own "
+                                   "converter (needs PyTorch: pip install \"eagle3[train]\").")
+    p.add_argument("target", help="Hugging Face target checkpoint folder")
+    p.add_argument("draft", nargs="?", help="Hugging Face EAGLE-3 draft checkpoint folder")
+    p.add_argument("-o", "--out", default=".", help="output folder (default: here)")
+    p.add_argument("--outtype", default="f16", choices=["f32", "f16", "bf16", "q8_0", "auto"])
+    p.add_argument("--name", help="file name stem (default: the target folder's name)")
+    p.set_defaults(run=cmd_convert)
 
     p = sub.add_parser("info", help="show a GGUF model's metadata",
                        description="Print a GGUF file's metadata (and tensors) without loading it.")
@@ -94,7 +306,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the output went to a pager or `head` that stopped reading
         sys.stdout = None
         return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
