@@ -4,12 +4,10 @@
 // checks and draft/accept bookkeeping apply here exactly as from Python.
 
 #include "eagle3_engine.h"
+#include "shim_util.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdarg>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <random>
@@ -18,21 +16,9 @@
 
 namespace {
 
-int fail(char * err, size_t n_err, int code, const char * fmt, ...) {
-    if (err && n_err > 0) {
-        va_list args;
-        va_start(args, fmt);
-        std::vsnprintf(err, n_err, fmt, args);
-        va_end(args);
-    }
-    return code;
-}
-
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
+using e3::clock_type;
+using e3::fail;
+using e3::seconds_since;
 
 // SplitMix64: independent, reproducible seeds for each request's stream
 uint64_t mix_seed(uint64_t x) {
@@ -195,25 +181,34 @@ struct e3_engine {
         return E3_OK;
     }
 
-    // decode the batch on the target and hand it to the session
-    int batch_run(double & t_decode, char * err, size_t n_err) {
-        auto t0 = clock_type::now();
+    // decode the batch on the target
+    int batch_decode(double & t_decode, char * err, size_t n_err) {
+        const auto t0 = clock_type::now();
         const int32_t rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch);
         t_decode += seconds_since(t0);
         if (rc != 0) {
             return fail(err, n_err, E3_ERR_EXCEPTION, "the target failed to decode a batch of %d tokens (code %d)",
                         (int) b_tok.size(), (int) rc);
         }
-        if (spec) {
-            t0 = clock_type::now();
-            const int status = e3_spec_process(spec, (int32_t) b_tok.size(), b_tok.data(), b_pos.data(),
-                                               b_seq.data(), err, n_err);
-            stats.t_process_s += seconds_since(t0);
-            if (status != E3_OK) {
-                return status;
-            }
-        }
         return E3_OK;
+    }
+
+    // hand the first n entries of the decoded batch to the session
+    int batch_process(int32_t n, char * err, size_t n_err) {
+        if (!spec) {
+            return E3_OK;
+        }
+        const auto t0 = clock_type::now();
+        const int status = e3_spec_process(spec, n, b_tok.data(), b_pos.data(), b_seq.data(), err, n_err);
+        stats.t_process_s += seconds_since(t0);
+        return status;
+    }
+
+    int batch_run(double & t_decode, char * err, size_t n_err) {
+        if (int rc = batch_decode(t_decode, err, n_err)) {
+            return rc;
+        }
+        return batch_process((int32_t) b_tok.size(), err, n_err);
     }
 
     int32_t sample_row(sequence & s, int32_t row) {
@@ -513,7 +508,12 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
             }
         }
     }
-    if (int rc = e->batch_run(e->stats.t_verify_s, err, n_err)) {
+    // With one sequence the session only needs the rows that will be kept:
+    // process() runs after verification, on the accepted prefix (the draft
+    // side then skips the rejected rows; the state it keeps is the same).
+    const bool process_after = n_live == 1;
+    if (int rc = process_after ? e->batch_decode(e->stats.t_verify_s, err, n_err)
+                               : e->batch_run(e->stats.t_verify_s, err, n_err)) {
         return rc;
     }
     e->stats.n_rounds++;
@@ -536,6 +536,11 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
             }
         }
         const int32_t n_acc = (int32_t) e->accepted.size() - 1;
+        if (process_after) {
+            if (int rc = e->batch_process(s.row0 + n_acc + 1, err, n_err)) {
+                return rc;
+            }
+        }
         if (s.drafted) {
             if (int rc = e3_spec_accept(e->spec, s.seq_id, n_acc, err, n_err)) {
                 return rc;

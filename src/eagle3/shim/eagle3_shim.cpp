@@ -6,6 +6,7 @@
 // caller.
 
 #include "eagle3_shim.h"
+#include "shim_util.hpp"
 
 #include "common.h"
 #include "log.h"
@@ -13,7 +14,6 @@
 #include "llama-ext.h"
 
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -92,23 +92,14 @@ void log_line(int level, const char * fmt, ...) {
 }
 
 // ---------------------------------------------------------------------------
-// Errors
+// Errors, timing, model facts
 // ---------------------------------------------------------------------------
 
-int fail(char * err, size_t n_err, int code, const char * fmt, ...) {
-    if (err && n_err > 0) {
-        va_list args;
-        va_start(args, fmt);
-        std::vsnprintf(err, n_err, fmt, args);
-        va_end(args);
-    }
-    return code;
-}
-
-using clock_type = std::chrono::steady_clock;
+using e3::clock_type;
+using e3::fail;
 
 double us_since(clock_type::time_point t0) {
-    return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+    return e3::seconds_since(t0) * 1e6;
 }
 
 std::string model_arch(const llama_model * model) {

@@ -1,0 +1,82 @@
+"""The eagle3 command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import eagle3
+from eagle3 import shipped
+from eagle3.cli import main
+from helpers import greedy
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "eagle3", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_generate_json(chain_pair, capsys):
+    target, draft = chain_pair
+    assert main(["generate", "speculative", "-n", "24", "--target", str(target), "--draft", str(draft),
+                 "--compare", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    with eagle3.Model(target) as model:
+        assert result["tokens"] == greedy(model, model.tokenize("speculative"), 24)
+    assert result["finish_reason"] == "length"
+    assert result["plain"]["identical"] is True and result["speedup"] > 0
+    assert {"acceptance_rate", "mean_accepted_length", "tokens_per_s"} <= set(result["stats"])
+
+
+def test_generate_text_output(chain_pair):
+    target, draft = chain_pair
+    result = run_cli("generate", "abc", "-n", "8", "--target", str(target), "--draft", str(draft))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("abc") and "acceptance" in result.stderr and "tau" in result.stderr
+
+
+def test_bench_table_and_plot(chain_pair, tmp_path):
+    pytest.importorskip("matplotlib")
+    target, draft = chain_pair
+    plot = tmp_path / "acceptance.png"
+    result = run_cli("bench", "--prompt", "abc", "-n", "16", "--n-draft", "2", "4", "--target", str(target),
+                     "--draft", str(draft), "--plot", str(plot))
+    assert result.returncode == 0, result.stderr
+    assert "n_draft_max" in result.stdout and "speedup" in result.stdout
+    assert plot.stat().st_size > 1000
+
+
+def test_bench_json(chain_pair, capsys):
+    target, draft = chain_pair
+    assert main(["bench", "--prompt", "abc", "-n", "8", "--n-draft", "3", "--target", str(target), "--draft",
+                 str(draft), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["n_draft_max"] == 3 and len(row["acceptance_per_position"]) == 3 and row["tau"] >= 1
+
+
+def test_check_and_info(tiny_pair, capsys):
+    target, draft = tiny_pair
+    assert main(["check", str(target), str(draft)]) == 0
+    assert "compatible: yes" in capsys.readouterr().out
+    assert main(["check", str(draft), str(target)]) == 1  # swapped
+    assert "compatible: no" in capsys.readouterr().out
+    assert main(["info", str(draft), "--tensors"]) == 0
+    out = capsys.readouterr().out
+    assert "eagle3.target_layers" in out and "tensor fc.weight" in out
+
+
+def test_errors_are_one_line_and_exit_1(tiny_pair):
+    result = run_cli("generate", "x", "--target", str(tiny_pair[0]))
+    assert result.returncode == 1 and "both --target and --draft" in result.stderr
+    result = run_cli("check", "/no/such.gguf", str(tiny_pair[1]))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(not shipped.TARGET.exists(), reason="this build carries no shipped pair")
+def test_generate_with_the_shipped_pair():
+    result = run_cli("generate", "def fibonacci(n):", "-n", "32", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert len(out["tokens"]) == 32 and out["stats"]["mean_accepted_length"] > 1.0
