@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -91,9 +92,17 @@ def fetch(dest: Path) -> None:
         os.replace(got, archive)
 
 
-def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, examples: bool = False) -> list[str]:
+def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, examples: bool = False,
+                amx: bool = False) -> list[str]:
     off = "OFF"
-    return [
+    extra = []
+    if native and not amx and platform.machine().lower() in ("x86_64", "amd64"):
+        # -march=native turns on AMX where the CPU reports it, but virtual
+        # machines often report AMX without enabling its state: the first AMX
+        # instruction (ggml's q8_0/q4_0 kernels) then dies with SIGILL.
+        flags = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        extra = [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+    return [*extra,
         f"-DCMAKE_BUILD_TYPE={build_type}",
         f"-DCMAKE_ARCHIVE_OUTPUT_DIRECTORY={out_dir}",
         "-DBUILD_SHARED_LIBS=OFF",
@@ -124,7 +133,7 @@ def _build_env(source: Path, build_dir: Path) -> dict[str, str]:
 
 
 def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool, build_type: str,
-          jobs: int, targets: tuple[str, ...] = ("llama-common",), examples: bool = False) -> None:
+          jobs: int, targets: tuple[str, ...] = ("llama-common",), examples: bool = False, amx: bool = False) -> None:
     source = source.resolve()  # a symlinked tree sends CMake's ninja into a regeneration loop
     if not (source / "common" / "speculative.h").exists():
         sys.exit(f"eagle3: {source} is not a llama.cpp tree with common/speculative.h")
@@ -132,7 +141,7 @@ def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool
     out_dir.mkdir(parents=True, exist_ok=True)
     env = _build_env(source, build_dir)
 
-    args = _cmake_args(source, out_dir.resolve(), native, build_type, examples)
+    args = _cmake_args(source, out_dir.resolve(), native, build_type, examples, amx)
     stamp = build_dir / "eagle3-configure.json"
     wanted = json.dumps({"source": str(source), "args": args})
     if not (build_dir / "CMakeCache.txt").exists() or not stamp.exists() or stamp.read_text() != wanted:
@@ -161,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     p_build.add_argument("--build-dir", type=Path, required=True)
     p_build.add_argument("--out-dir", type=Path, required=True)
     p_build.add_argument("--native", choices=("true", "false"), default="true")
+    p_build.add_argument("--amx", choices=("true", "false"), default="false")
     p_build.add_argument("--build-type", default="Release")
     p_build.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p_build.add_argument("--target", action="append", dest="targets",
@@ -172,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         fetch(args.dest)
     else:
         build(args.cmake, args.source, args.build_dir, args.out_dir, args.native == "true", args.build_type,
-              args.jobs, tuple(args.targets or ("llama-common",)), args.examples)
+              args.jobs, tuple(args.targets or ("llama-common",)), args.examples, args.amx == "true")
 
 
 if __name__ == "__main__":
