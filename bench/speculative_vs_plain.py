@@ -20,13 +20,14 @@ def main() -> None:
     args = parser.parse_args()
     target_path, draft_path = pair()
     with eagle3.Model(target_path) as tm, eagle3.Model(draft_path) as dm, \
-            eagle3.Context(tm, n_ctx=1024) as target, eagle3.Context(dm, other=target) as draft:
-        plain = target.generate(PROMPT, args.n)
+            eagle3.Context(tm, n_ctx=1024) as target, eagle3.Context(dm, other=target) as draft, \
+            eagle3.Context(tm, n_ctx=1024) as plain_ctx:  # no session: no hidden-state extraction to pay for
+        plain = plain_ctx.generate(PROMPT, args.n)
         for n_draft in (2, 4, 8):
             with eagle3.Eagle3Session(target, draft, n_draft_max=n_draft) as session:
                 g = session.generate(PROMPT, args.n)
                 assert g.tokens.tolist() == plain.tokens.tolist()
-                t_plain, t_spec = side_by_side(lambda: target.generate(PROMPT, args.n),
+                t_plain, t_spec = side_by_side(lambda: plain_ctx.generate(PROMPT, args.n),
                                                lambda: session.generate(PROMPT, args.n))
                 print(f"n_draft_max={n_draft}: plain greedy {args.n / t_plain:7.1f} tokens/s | EAGLE-3 "
                       f"{args.n / t_spec:7.1f} tokens/s | speedup {t_plain / t_spec:5.2f}x | "

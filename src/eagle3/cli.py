@@ -71,6 +71,9 @@ class _Loaded:
         self.target = eagle3.Context(self.target_model, n_ctx=args.n_ctx, n_threads=args.threads)
         self.draft = eagle3.Context(self.draft_model, other=self.target)
         self.session = eagle3.Eagle3Session(self.target, self.draft, n_draft_max=n_draft_max)
+        # plain decoding gets a context of its own: the session's target also
+        # extracts hidden states for the draft, which plain decoding need not pay for
+        self.plain = eagle3.Context(self.target_model, n_ctx=args.n_ctx, n_threads=args.threads)
 
     def close(self) -> None:
         self.target_model.close()
@@ -91,9 +94,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         result: dict[str, Any] = {"prompt": args.prompt, "text": g.text, "tokens": g.tokens.tolist(),
                                   "finish_reason": g.finish_reason, "n_draft_max": n_draft, "stats": st.as_dict()}
         if args.compare:
-            loaded.target.generate(args.prompt, 8, **sampling)  # warm the plain path too
+            loaded.plain.generate(args.prompt, 8, **sampling)  # warm the plain path too
             t0 = time.perf_counter()
-            plain = loaded.target.generate(args.prompt, args.n_predict, **sampling)
+            plain = loaded.plain.generate(args.prompt, args.n_predict, **sampling)
             plain_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             g = loaded.session.generate(args.prompt, args.n_predict, n_draft_max=n_draft, **sampling)
@@ -129,9 +132,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         spec_s = {n: 0.0 for n in drafts}
         stats = {}
         for i, prompt in enumerate(prompts):  # plain and each draft length in turn, on the same machine state
-            loaded.target.generate(prompt, 4)
+            loaded.plain.generate(prompt, 4)
             t0 = time.perf_counter()
-            plain_tokens += loaded.target.generate(prompt, args.n_predict).stats.n_generated
+            plain_tokens += loaded.plain.generate(prompt, args.n_predict).stats.n_generated
             plain_s += time.perf_counter() - t0
             for n_draft in drafts:
                 t0 = time.perf_counter()
