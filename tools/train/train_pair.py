@@ -152,15 +152,31 @@ def train_target(train: np.ndarray, held: torch.Tensor, s: Settings, out: Path):
         curve.append(loss.item())
         if step % 50 == 0 or step == s.target_steps - 1:
             log(f"target step {step}/{s.target_steps}: loss {np.mean(curve[-50:]):.3f} ({time.time() - t0:.0f} s)")
-    model.eval()
-    with torch.no_grad():
-        held_loss = float(np.mean([model(input_ids=held[i:i + 8], labels=held[i:i + 8]).loss.item()
-                                   for i in range(0, len(held), 8)]))
-    log(f"target held-out loss {held_loss:.3f}")
+    held_loss = held_out_loss(model, held)
     model.save_pretrained(out / "target", safe_serialization=True)
     return model, {"train_loss_last_50": float(np.mean(curve[-50:])), "held_out_loss": held_loss,
                    "curve": [float(np.mean(curve[i:i + 50])) for i in range(0, len(curve), 50)],
                    "seconds": time.time() - t0}
+
+
+def held_out_loss(model, held: torch.Tensor) -> float:
+    model.eval()
+    with torch.no_grad():
+        loss = float(np.mean([model(input_ids=held[i:i + 8], labels=held[i:i + 8]).loss.item()
+                              for i in range(0, len(held), 8)]))
+    log(f"target held-out loss {loss:.3f}")
+    return loss
+
+
+def load_target(held: torch.Tensor, out: Path):
+    """The target of an earlier run; its training report is kept if that run wrote one."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(out / "target", torch_dtype=torch.float32)
+    saved = out / "target_report.json"
+    report = json.loads(saved.read_text()) if saved.exists() else {"reused": str(out / "target")}
+    report["held_out_loss"] = held_out_loss(model, held)
+    return model, report
 
 
 def write_tokenizer_files(target_dir: Path, tokenizer_model: Path) -> None:
@@ -249,6 +265,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--quick", action="store_true", help="a tiny model and a few steps, to check the recipe")
+    parser.add_argument("--reuse-target", action="store_true",
+                        help="load OUT/target (trained by an earlier run with the same settings) and train only the draft")
     args = parser.parse_args()
     s = Settings(**QUICK) if args.quick else Settings()
     out = args.out
@@ -261,12 +279,20 @@ def main() -> None:
 
     train_files, held_files = corpus.split()
     log(f"corpus: {len(train_files)} training files, {len(held_files)} held out")
-    sp = train_tokenizer(train_files, out, s)
+    if args.reuse_target:
+        import sentencepiece as spm
+        sp = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    else:
+        sp = train_tokenizer(train_files, out, s)
     train, held = encode(sp, train_files), encode(sp, held_files)
     log(f"tokens: {len(train):,} training, {len(held):,} held out")
     held_windows = eval_windows(held, s.eval_sequences, s.seq_len)
 
-    target, target_report = train_target(train, held_windows, s, out)
+    if args.reuse_target:
+        target, target_report = load_target(held_windows, out)
+    else:
+        target, target_report = train_target(train, held_windows, s, out)
+        (out / "target_report.json").write_text(json.dumps(target_report, indent=2) + "\n")
     write_tokenizer_files(out / "target", out / "tokenizer.model")
     draft_report = train_draft(target, train, held_windows, s, out)
 
