@@ -74,9 +74,21 @@ def test_errors_are_one_line_and_exit_1(tiny_pair):
     assert result.returncode == 1 and "Traceback" not in result.stderr
 
 
-@pytest.mark.skipif(not shipped.TARGET.exists(), reason="this build carries no shipped pair")
 def test_generate_with_the_shipped_pair():
-    result = run_cli("generate", "def fibonacci(n):", "-n", "32", "--json")
+    """The shipped draft is trained: it must be accepted far more often than chance."""
+    assert shipped.TARGET.is_file() and shipped.DRAFT.is_file()
+    result = run_cli("generate", "def fibonacci(n):", "-n", "64", "--compare", "--json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert len(out["tokens"]) == 32 and out["stats"]["mean_accepted_length"] > 1.0
+    assert len(out["tokens"]) == 64 and out["plain"]["identical"]
+    assert out["stats"]["mean_accepted_length"] > 2.0
+
+
+def test_bench_on_held_out_prompts():
+    result = run_cli("bench", "--prompts", "2", "-n", "32", "--n-draft", "2", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["n_draft_max"] for r in rows] == [2, 4]
+    for r in rows:
+        assert r["tau"] > 1.5 and len(r["acceptance_per_position"]) == r["n_draft_max"]
+        assert r["tokens_per_s"] > 0 and r["plain_tokens_per_s"] > 0
