@@ -31,11 +31,13 @@ PROMPT_TEXT = "The EAGLE-3 draft model reads the target's hidden states and prop
 def build_example() -> Path:
     build_dir = BUILD / "llama.cpp"
     binary = build_dir / "bin" / "llama-speculative-simple"
-    if not binary.exists():
-        subprocess.run([sys.executable, str(REPO / "build_support" / "llama_cpp.py"), "build",
-                        "--source", _build_config.LLAMA_CPP_SOURCE, "--build-dir", str(build_dir),
-                        "--out-dir", str(build_dir / "lib"), "--examples",
-                        "--target", "llama-common", "--target", "llama-speculative-simple"], check=True)
+    # always through the build script: it rebuilds only what changed, and
+    # reconfigures when eagle3's own llama.cpp options did
+    subprocess.run([sys.executable, str(REPO / "build_support" / "llama_cpp.py"), "build",
+                    "--source", _build_config.LLAMA_CPP_SOURCE, "--build-dir", str(build_dir),
+                    "--out-dir", str(build_dir / "lib"), "--examples",
+                    "--native", str(_build_config.NATIVE).lower(), "--amx", str(_build_config.AMX).lower(),
+                    "--target", "llama-common", "--target", "llama-speculative-simple"], check=True)
     return binary
 
 
