@@ -3,7 +3,7 @@
     python bench/vs_llama_cpp.py [-n 256] [--runs 3]
 
 Builds llama-speculative-simple (--spec-type draft-eagle3) from the same
-pinned llama.cpp tree eagle3 was built against (once, into bench/.build),
+pinned llama.cpp tree and options eagle3 was built with (into bench/.build),
 then runs both on the same GGUF pair, prompt, greedy settings and threads,
 for n_draft_max 3 and 8. Both speeds count the decode phase only (after the
 prompt), as llama-speculative-simple reports it.

@@ -3,6 +3,7 @@
     pip install ".[train]"
     python tools/train/train_pair.py --out build/pair          # about 2 hours
     python tools/train/train_pair.py --out build/quick --quick # minutes, for a check
+    python tools/train/train_pair.py --out build/pair --reuse-target  # the draft only
 
 1. A SentencePiece BPE tokenizer (4096 pieces, byte fallback, whitespace
    kept) on the Python standard library's source files, minus a held-out 5%
