@@ -37,6 +37,7 @@ def build_example() -> Path:
                     "--source", _build_config.LLAMA_CPP_SOURCE, "--build-dir", str(build_dir),
                     "--out-dir", str(build_dir / "lib"), "--examples",
                     "--native", str(_build_config.NATIVE).lower(), "--amx", str(_build_config.AMX).lower(),
+                    "--llamafile", str(_build_config.LLAMAFILE).lower(),
                     "--target", "llama-common", "--target", "llama-speculative-simple"], check=True)
     return binary
 

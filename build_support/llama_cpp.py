@@ -93,7 +93,7 @@ def fetch(dest: Path) -> None:
 
 
 def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, examples: bool = False,
-                amx: bool = False) -> list[str]:
+                amx: bool = False, llamafile: bool = False) -> list[str]:
     off = "OFF"
     extra = []
     if native and not amx and platform.machine().lower() in ("x86_64", "amd64"):
@@ -119,6 +119,12 @@ def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, exam
         # cannot silently turn the CPU options off.
         f"-DGGML_NATIVE={'ON' if native else 'OFF'}",
         "-DGGML_CCACHE=ON",
+        # llamafile's tinyBLAS takes over matrix products of 2+ tokens and sums
+        # in another order than the single-token kernels: a target pass over a
+        # draft then rounds differently from one-token decoding and can flip a
+        # near-tied greedy choice. ggml's own kernels give every token the same
+        # sums whatever the batch, so speculative output stays token-exact.
+        f"-DGGML_LLAMAFILE={'ON' if llamafile else off}",
     ]
 
 
@@ -133,7 +139,8 @@ def _build_env(source: Path, build_dir: Path) -> dict[str, str]:
 
 
 def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool, build_type: str,
-          jobs: int, targets: tuple[str, ...] = ("llama-common",), examples: bool = False, amx: bool = False) -> None:
+          jobs: int, targets: tuple[str, ...] = ("llama-common",), examples: bool = False, amx: bool = False,
+          llamafile: bool = False) -> None:
     source = source.resolve()  # a symlinked tree sends CMake's ninja into a regeneration loop
     if not (source / "common" / "speculative.h").exists():
         sys.exit(f"eagle3: {source} is not a llama.cpp tree with common/speculative.h")
@@ -141,7 +148,7 @@ def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool
     out_dir.mkdir(parents=True, exist_ok=True)
     env = _build_env(source, build_dir)
 
-    args = _cmake_args(source, out_dir.resolve(), native, build_type, examples, amx)
+    args = _cmake_args(source, out_dir.resolve(), native, build_type, examples, amx, llamafile)
     stamp = build_dir / "eagle3-configure.json"
     wanted = json.dumps({"source": str(source), "args": args})
     if not (build_dir / "CMakeCache.txt").exists() or not stamp.exists() or stamp.read_text() != wanted:
@@ -171,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     p_build.add_argument("--out-dir", type=Path, required=True)
     p_build.add_argument("--native", choices=("true", "false"), default="true")
     p_build.add_argument("--amx", choices=("true", "false"), default="false")
+    p_build.add_argument("--llamafile", choices=("true", "false"), default="false")
     p_build.add_argument("--build-type", default="Release")
     p_build.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p_build.add_argument("--target", action="append", dest="targets",
@@ -182,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
         fetch(args.dest)
     else:
         build(args.cmake, args.source, args.build_dir, args.out_dir, args.native == "true", args.build_type,
-              args.jobs, tuple(args.targets or ("llama-common",)), args.examples, args.amx == "true")
+              args.jobs, tuple(args.targets or ("llama-common",)), args.examples, args.amx == "true",
+              args.llamafile == "true")
 
 
 if __name__ == "__main__":
