@@ -623,7 +623,7 @@ cdef class ContextHandle:
 
     def __cinit__(self, ModelHandle model, uint32_t n_ctx, uint32_t n_batch, uint32_t n_ubatch,
                   uint32_t n_seq_max, bint mtp, ContextHandle other, int32_t n_threads,
-                  int32_t n_threads_batch):
+                  int32_t n_threads_batch, bint flash_attn=False):
         cdef llama_context_params p = llama_context_default_params()
         p.n_ctx = n_ctx
         p.n_batch = n_batch
@@ -632,6 +632,7 @@ cdef class ContextHandle:
         p.n_outputs_max = 0  # n_batch: a verify batch may ask for logits on every row
         p.ctx_type = LLAMA_CONTEXT_TYPE_MTP if mtp else LLAMA_CONTEXT_TYPE_DEFAULT
         p.no_perf = True
+        p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else LLAMA_FLASH_ATTN_TYPE_DISABLED
         if n_threads > 0:
             p.n_threads = n_threads
         if n_threads_batch > 0:

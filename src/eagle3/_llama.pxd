@@ -21,6 +21,11 @@ cdef extern from "llama.h" nogil:
         LLAMA_CONTEXT_TYPE_DEFAULT
         LLAMA_CONTEXT_TYPE_MTP
 
+    enum llama_flash_attn_type:
+        LLAMA_FLASH_ATTN_TYPE_AUTO
+        LLAMA_FLASH_ATTN_TYPE_DISABLED
+        LLAMA_FLASH_ATTN_TYPE_ENABLED
+
     enum:  # enum llama_vocab_type (its name is also a function's)
         LLAMA_VOCAB_TYPE_NONE
 
@@ -45,6 +50,7 @@ cdef extern from "llama.h" nogil:
         int32_t n_threads
         int32_t n_threads_batch
         llama_context_type ctx_type
+        llama_flash_attn_type flash_attn_type
         bint embeddings
         bint no_perf
         llama_context * ctx_other

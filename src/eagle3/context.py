@@ -29,8 +29,13 @@ class Context(Resource):
     """A llama.cpp context over a :class:`Model`.
 
     ``Context(model, n_ctx=512, n_batch=512, n_ubatch=None, n_seq_max=1,
-    ctx_type="default", other=None, n_threads=None)``. ``n_threads`` defaults
-    to the CPUs this process may use.
+    ctx_type="default", other=None, n_threads=None, flash_attn=False)``.
+    ``n_threads`` defaults to the CPUs this process may use.
+
+    ``flash_attn`` is off by default: llama.cpp's CPU flash attention splits
+    the work of a one-token pass differently once 512 tokens are cached, so a
+    speculative verify pass would round differently from one-token decoding
+    and greedy speculative output could drift from plain greedy output.
 
     A draft context for an EAGLE-3 session is created against its target
     with ``other=target_ctx`` (llama.cpp's ``ctx_other``: the draft borrows
@@ -47,7 +52,7 @@ class Context(Resource):
     def __init__(self, model: Model, n_ctx: int | None = None, n_batch: int | None = None,
                  n_ubatch: int | None = None, n_seq_max: int | None = None, ctx_type: str = "default",
                  other: Context | None = None, n_threads: int | None = None,
-                 n_threads_batch: int | None = None) -> None:
+                 n_threads_batch: int | None = None, flash_attn: bool = False) -> None:
         if not isinstance(model, Model):
             raise ArgumentTypeError(f"model must be an eagle3.Model, got {type(model).__name__}")
         if ctx_type not in _CTX_TYPES:
@@ -88,6 +93,8 @@ class Context(Resource):
         n_threads = default_threads() if n_threads is None else as_int(n_threads, "n_threads", 1, 1024)
         n_threads_batch = n_threads if n_threads_batch is None else as_int(n_threads_batch, "n_threads_batch", 1,
                                                                               1024)
+        if not isinstance(flash_attn, bool):
+            raise ArgumentTypeError(f"flash_attn must be a bool, got {type(flash_attn).__name__}")
 
         self.model = model
         self.other = other
@@ -95,7 +102,8 @@ class Context(Resource):
         _logging.take_errors()
         try:
             self._handle = _core.ContextHandle(model_handle, n_ctx, n_batch, n_ubatch, n_seq_max,
-                                               ctx_type == "mtp", other_handle, n_threads, n_threads_batch)
+                                               ctx_type == "mtp", other_handle, n_threads, n_threads_batch,
+                                               flash_attn)
         except ContextError as e:
             raise ContextError(f"llama.cpp could not create the context: {_logging.take_errors() or e}") from None
         h = self._handle
