@@ -46,7 +46,8 @@ def run_llama_cpp(binary: Path, target: Path, draft: Path, n: int, n_draft: int,
     """(decode tokens/s, stdout, acceptance) of one llama-speculative-simple run."""
     cmd = [str(binary), "-m", str(target), "-md", str(draft), "--spec-type", "draft-eagle3",
            "--spec-draft-n-max", str(n_draft), "-p", PROMPT_TEXT, "-n", str(n), "--temp", "0", "-c", "1024",
-           "-t", str(threads), "-tb", str(threads), "-ngl", "0", "--seed", "1"]
+           "-t", str(threads), "-tb", str(threads), "-ngl", "0", "--seed", "1",
+           "-fa", "off"]  # as eagle3's contexts default to
     result = subprocess.run(cmd, capture_output=True, text=True)
     found = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", result.stderr)
     accept = re.search(r"accept\s+=\s+([\d.]+)%", result.stderr)
