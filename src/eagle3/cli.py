@@ -254,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (default 0: all)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0: off)")
-    p.add_argument("--min-p", type=float, default=0.0, help="drop tokens below this share of the top one (default 0: off)")
+    p.add_argument("--min-p", type=float, default=0.0,
+                   help="drop tokens below this share of the top one (default 0: off)")
     p.add_argument("--seed", type=int, default=None,
                    help="sampling seed: the same seed gives the same tokens with or without speculation")
     p.add_argument("--compare", action="store_true", help="also decode without speculation and print the speedup")

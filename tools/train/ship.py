@@ -32,7 +32,8 @@ def main() -> None:
     parser.add_argument("trained", type=Path, help="the output folder of train_pair.py")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        target, draft, _ = convert(args.trained / "target", args.trained / "draft", tmp, outtype="q8_0", name="pystdlib")
+        target, draft, _ = convert(args.trained / "target", args.trained / "draft", tmp, outtype="q8_0",
+                                   name="pystdlib")
         MODELS.mkdir(parents=True, exist_ok=True)
         shipped = [MODELS / "pystdlib-target-q8_0.gguf", MODELS / "pystdlib-eagle3-q8_0.gguf"]
         for src, dst in zip((target, draft), shipped):

@@ -267,7 +267,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--quick", action="store_true", help="a tiny model and a few steps, to check the recipe")
     parser.add_argument("--reuse-target", action="store_true",
-                        help="load OUT/target (trained by an earlier run with the same settings) and train only the draft")
+                        help="load OUT/target (trained by an earlier run with the same settings) "
+                             "and train only the draft")
     args = parser.parse_args()
     s = Settings(**QUICK) if args.quick else Settings()
     out = args.out
