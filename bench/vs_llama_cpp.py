@@ -42,7 +42,8 @@ def build_example() -> Path:
     return binary
 
 
-def run_llama_cpp(binary: Path, target: Path, draft: Path, n: int, n_draft: int, threads: int) -> tuple[float, str, float]:
+def run_llama_cpp(binary: Path, target: Path, draft: Path, n: int, n_draft: int,
+                  threads: int) -> tuple[float, str, float]:
     """(decode tokens/s, stdout, acceptance) of one llama-speculative-simple run."""
     cmd = [str(binary), "-m", str(target), "-md", str(draft), "--spec-type", "draft-eagle3",
            "--spec-draft-n-max", str(n_draft), "-p", PROMPT_TEXT, "-n", str(n), "--temp", "0", "-c", "1024",
