@@ -159,15 +159,14 @@ def test_mtp_session_uses_the_same_engine(model_dir):
 
 def test_sampling_with_a_seed_is_reproducible_and_matches_plain_sampling(chain_session):
     session = chain_session
-    same = 0
     for seed in range(20):
         kw = dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.01, seed=seed)
         a = session.generate([5, 6], 24, **kw).tokens
         assert np.array_equal(a, session.generate([5, 6], 24, **kw).tokens)
-        same += np.array_equal(a, session.target.generate([5, 6], 24, **kw).tokens)
-    # one random draw per token: the same stream with or without speculation
-    # (a batched and a single decode may round a logit differently, rarely)
-    assert same >= 18
+        # one random draw per token, and a verify pass rounds every logit as a
+        # one-token pass does (test_batch_invariance): the same stream with or
+        # without speculation
+        assert np.array_equal(a, session.target.generate([5, 6], 24, **kw).tokens)
 
 
 @pytest.mark.parametrize("kwargs, error", [
