@@ -1,6 +1,5 @@
-"""Prompts from the held-out standard-library files, for measuring the shipped pair.
-
-    python tools/train/prompts.py OUT.json [--count 24]
+"""Prompts from the held-out standard-library files, for measuring the shipped pair
+(ship.py writes them next to it).
 
 Each prompt is the code before a function body: up to 12 lines of context
 ending with a ``def ...:`` line. The files are the ones the training recipe
@@ -9,8 +8,6 @@ holds out, so no prompt was trained on.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -32,16 +29,3 @@ def held_out_prompts(count: int) -> list[str]:
     step = max(1, len(candidates) // count)
     return candidates[::step][:count]
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--count", type=int, default=24)
-    args = parser.parse_args()
-    prompts = held_out_prompts(args.count)
-    args.out.write_text(json.dumps(prompts, indent=1) + "\n")
-    print(f"{len(prompts)} prompts from held-out files -> {args.out}")
-
-
-if __name__ == "__main__":
-    main()
