@@ -53,7 +53,8 @@ def test_bench_json(chain_pair, capsys):
     assert main(["bench", "--prompt", "abc", "-n", "8", "--n-draft", "3", "--target", str(target), "--draft",
                  str(draft), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert row["n_draft_max"] == 3 and len(row["acceptance_per_position"]) == 3 and row["tau"] >= 1
+    assert row["n_draft_max"] == 3 and len(row["acceptance_per_position"]) == 3
+    assert row["tau"] > 1.2 and row["acceptance_per_position"][0] > 0  # the chain pair's drafts are accepted
 
 
 def test_check_and_info(tiny_pair, capsys):
