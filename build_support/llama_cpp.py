@@ -93,15 +93,22 @@ def fetch(dest: Path) -> None:
 
 
 def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, examples: bool = False,
-                amx: bool = False, llamafile: bool = False) -> list[str]:
+                amx: bool = False, llamafile: bool = True, batch_invariant: bool = True) -> list[str]:
     off = "OFF"
-    extra = []
+    flags = []
     if native and not amx and platform.machine().lower() in ("x86_64", "amd64"):
         # -march=native turns on AMX where the CPU reports it, but virtual
         # machines often report AMX without enabling its state: the first AMX
         # instruction (ggml's q8_0/q4_0 kernels) then dies with SIGILL.
-        flags = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-        extra = [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+        flags += ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
+    if batch_invariant:
+        # The build's ggml patches: every pass size takes the same kernel for a
+        # weight type, so a token of a target pass over a draft gets bit for bit
+        # the logits it would get decoded alone (subprojects/packagefiles/).
+        flags.append("-DGGML_CPU_BATCH_INVARIANT")
+    extra = []
+    if flags:
+        extra = [f"-DCMAKE_C_FLAGS={' '.join(flags)}", f"-DCMAKE_CXX_FLAGS={' '.join(flags)}"]
     return [*extra,
         f"-DCMAKE_BUILD_TYPE={build_type}",
         f"-DCMAKE_ARCHIVE_OUTPUT_DIRECTORY={out_dir}",
@@ -119,13 +126,17 @@ def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, exam
         # cannot silently turn the CPU options off.
         f"-DGGML_NATIVE={'ON' if native else 'OFF'}",
         "-DGGML_CCACHE=ON",
-        # llamafile's tinyBLAS takes over matrix products of 2+ tokens and sums
-        # in another order than the single-token kernels: a target pass over a
-        # draft then rounds differently from one-token decoding and can flip a
-        # near-tied greedy choice. ggml's own kernels give every token the same
-        # sums whatever the batch, so speculative output stays token-exact.
+        # llamafile's tinyBLAS: matrix products that reuse each weight across
+        # the tokens of a pass (verification, prompts).
         f"-DGGML_LLAMAFILE={'ON' if llamafile else off}",
     ]
+
+
+def _stock_cmake_args(build_type: str) -> list[str]:
+    """llama.cpp's own defaults, as a user building its tools would get them
+    (no eagle3 option or define); only what cannot change speed is turned off."""
+    return [f"-DCMAKE_BUILD_TYPE={build_type}", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_SERVER=OFF", "-DGGML_CCACHE=ON"]
 
 
 def _build_env(source: Path, build_dir: Path) -> dict[str, str]:
@@ -140,7 +151,7 @@ def _build_env(source: Path, build_dir: Path) -> dict[str, str]:
 
 def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool, build_type: str,
           jobs: int, targets: tuple[str, ...] = ("llama-common",), examples: bool = False, amx: bool = False,
-          llamafile: bool = False) -> None:
+          llamafile: bool = True, batch_invariant: bool = True, stock: bool = False) -> None:
     source = source.resolve()  # a symlinked tree sends CMake's ninja into a regeneration loop
     if not (source / "common" / "speculative.h").exists():
         sys.exit(f"eagle3: {source} is not a llama.cpp tree with common/speculative.h")
@@ -148,7 +159,10 @@ def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool
     out_dir.mkdir(parents=True, exist_ok=True)
     env = _build_env(source, build_dir)
 
-    args = _cmake_args(source, out_dir.resolve(), native, build_type, examples, amx, llamafile)
+    if stock:
+        args = _stock_cmake_args(build_type)
+    else:
+        args = _cmake_args(source, out_dir.resolve(), native, build_type, examples, amx, llamafile, batch_invariant)
     stamp = build_dir / "eagle3-configure.json"
     wanted = json.dumps({"source": str(source), "args": args})
     if not (build_dir / "CMakeCache.txt").exists() or not stamp.exists() or stamp.read_text() != wanted:
@@ -159,6 +173,8 @@ def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool
     subprocess.run([cmake, "--build", str(build_dir), "--target", *targets, "--config", build_type,
                     "--parallel", str(jobs)], env=env, check=True)
 
+    if stock:
+        return
     missing = [lib for lib in LIBRARIES if not (out_dir / lib).exists()]
     if missing:
         sys.exit(f"eagle3: the llama.cpp build did not produce {', '.join(missing)} in {out_dir}")
@@ -178,12 +194,15 @@ def main(argv: list[str] | None = None) -> None:
     p_build.add_argument("--out-dir", type=Path, required=True)
     p_build.add_argument("--native", choices=("true", "false"), default="true")
     p_build.add_argument("--amx", choices=("true", "false"), default="false")
-    p_build.add_argument("--llamafile", choices=("true", "false"), default="false")
+    p_build.add_argument("--llamafile", choices=("true", "false"), default="true")
+    p_build.add_argument("--batch-invariant", choices=("true", "false"), default="true")
     p_build.add_argument("--build-type", default="Release")
     p_build.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p_build.add_argument("--target", action="append", dest="targets",
                          help="CMake target to build (repeatable; default llama-common)")
     p_build.add_argument("--examples", action="store_true", help="configure llama.cpp's examples too")
+    p_build.add_argument("--stock", action="store_true",
+                         help="llama.cpp's default options instead of eagle3's (for the benchmarks' comparisons)")
 
     args = parser.parse_args(argv)
     if args.command == "fetch":
@@ -191,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         build(args.cmake, args.source, args.build_dir, args.out_dir, args.native == "true", args.build_type,
               args.jobs, tuple(args.targets or ("llama-common",)), args.examples, args.amx == "true",
-              args.llamafile == "true")
+              args.llamafile == "true", args.batch_invariant == "true", args.stock)
 
 
 if __name__ == "__main__":
