@@ -10,6 +10,7 @@ from eagle3.context import Context
 from eagle3.errors import *  # noqa: F403 (every exception class)
 from eagle3.generation import BatchGeneration, Generation, GenerationStats, TokenStream
 from eagle3.model import Model
+from eagle3.quantize import quantize
 from eagle3.session import Eagle3Session, Eagle3SessionConfig, MtpSession
 
 __version__ = "0.1.0"
@@ -28,6 +29,7 @@ __all__ = [
     "check_pair",
     "PairReport",
     "Problem",
+    "quantize",
     "read_gguf",
     "system_info",
     *errors.__all__,

@@ -227,6 +227,25 @@ def read_gguf(path):
     return metadata, types, tensors
 
 
+def quantize_file(src, dst, int ftype, int nthread, bint pure, bint allow_requantize):
+    """llama.cpp's own quantizer (``llama_model_quantize``) without the GIL;
+    raises :class:`ModelLoadError` when it fails (the log says why)."""
+    cdef bytes bsrc = _fs_path(src)
+    cdef bytes bdst = _fs_path(dst)
+    cdef const char * csrc = bsrc
+    cdef const char * cdst = bdst
+    cdef llama_model_quantize_params params = llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = nthread
+    params.pure = pure
+    params.allow_requantize = allow_requantize
+    cdef uint32_t rc
+    with nogil:
+        rc = llama_model_quantize(csrc, cdst, &params)
+    if rc != 0:
+        raise ModelLoadError(f"llama.cpp could not quantize {src!s}")
+
+
 cdef bytes _fs_path(path):
     import os
     return os.fsencode(os.fspath(path))
@@ -281,13 +300,15 @@ cdef class ModelHandle:
     def n_embd(self):
         return llama_model_n_embd(self.ptr)
 
+    # llama.cpp reads per-layer head counts from layer 0 and aborts when there
+    # are no layers (a vocab_only load has none)
     @property
     def n_head(self):
-        return llama_model_n_head(self.ptr)
+        return llama_model_n_head(self.ptr) if llama_model_n_layer(self.ptr) > 0 else 0
 
     @property
     def n_head_kv(self):
-        return llama_model_n_head_kv(self.ptr)
+        return llama_model_n_head_kv(self.ptr) if llama_model_n_layer(self.ptr) > 0 else 0
 
     @property
     def n_ctx_train(self):

@@ -55,8 +55,18 @@ cdef extern from "llama.h" nogil:
         bint no_perf
         llama_context * ctx_other
 
+    cdef struct llama_model_quantize_params:
+        int32_t nthread
+        int ftype  # enum llama_ftype
+        bint allow_requantize
+        bint quantize_output_tensor
+        bint pure
+
     llama_model_params llama_model_default_params()
     llama_context_params llama_context_default_params()
+    llama_model_quantize_params llama_model_quantize_default_params()
+    uint32_t llama_model_quantize(const char * fname_inp, const char * fname_out,
+                                  const llama_model_quantize_params * params)
 
     void llama_backend_init()
 
