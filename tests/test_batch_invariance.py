@@ -1,9 +1,11 @@
 """Why speculation is exactly lossless here: a target pass over several tokens
 gives each token the logits that decoding it alone would, bit for bit. Without
 that, a draft's verification can round a near-tie the other way and greedy
-speculative output drifts from plain greedy output (llama.cpp's llamafile
-kernels and its CPU flash attention past 512 cached tokens, both off here,
-do exactly that)."""
+speculative output drifts from plain greedy output. Stock ggml picks its
+kernels by pass size (llamafile's tinyBLAS for 2+ tokens, repacked gemm for
+4+, tiled K-quant kernels for 8+, flash attention's split and tiled paths);
+eagle3's build patches ggml so that a weight type takes one kernel family at
+every size, and this checks it for every weight type a user can load."""
 
 from __future__ import annotations
 
@@ -13,9 +15,69 @@ import numpy as np
 import pytest
 
 import eagle3
+from eagle3 import _build_config
 from eagle3.testing import DraftSpec, TargetSpec, write_pair, write_target
 
+exact = pytest.mark.skipif(not _build_config.BATCH_INVARIANT,
+                           reason="built without eagle3's batch-invariant ggml patches")
 
+# Wide enough for K-quants (rows of 256) and ggml's repacked layouts (8 | rows).
+WIDE = TargetSpec(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512, seed=21)
+# every type a user can load, pure (each matrix in that type), and the mixes people run
+WEIGHT_TYPES = [("F32", True), ("F16", True), ("BF16", True), ("Q8_0", True), ("Q4_0", True), ("Q4_1", True),
+                ("Q5_0", True), ("Q5_1", True), ("Q2_K", True), ("Q3_K_M", True), ("Q4_K_M", True),
+                ("Q5_K_M", True), ("Q6_K", True), ("IQ4_NL", True), ("IQ4_XS", True),
+                ("Q4_K_M", False), ("Q5_K_M", False), ("Q3_K_M", False)]
+PASS_SIZES = [*range(1, 33), 48, 64]
+
+
+@pytest.fixture(scope="module")
+def wide_f32(tmp_path_factory):
+    return write_target(tmp_path_factory.mktemp("wide") / "wide-f32.gguf", WIDE)
+
+
+def _quantized(wide_f32, file_type: str, pure: bool):
+    if file_type == "F32":
+        return wide_f32
+    path = wide_f32.with_name(f"wide-{file_type}{'-pure' if pure else ''}.gguf")
+    if not path.exists():
+        eagle3.quantize(wide_f32, path, file_type, pure=pure)
+    return path
+
+
+@exact
+@pytest.mark.parametrize("n_threads, flash_attn", [(1, False), (2, True)])
+@pytest.mark.parametrize("file_type, pure", WEIGHT_TYPES, ids=[f"{t}{'-pure' if p else ''}" for t, p in WEIGHT_TYPES])
+def test_every_weight_type_gives_a_token_its_one_token_logits_in_passes_of_any_size(
+        wide_f32, file_type, pure, n_threads, flash_attn):
+    path = _quantized(wide_f32, file_type, pure)
+    rng = np.random.default_rng(len(file_type) + n_threads)
+    tokens = rng.integers(3, WIDE.n_vocab, sum(PASS_SIZES)).astype(np.int32)
+    prefix = rng.integers(3, WIDE.n_vocab, 600).astype(np.int32)
+    with eagle3.Model(path) as model:
+        if file_type != "F32":
+            assert {t.type for t in model.tensors.values()} != {"f32"}
+        kw = dict(n_ctx=2048, n_batch=1024, n_threads=n_threads, flash_attn=flash_attn)
+        with eagle3.Context(model, **kw) as together, eagle3.Context(model, **kw) as alone:
+            # cache lengths 0..1000 and 600..1600: past the 512 where flash attention would split the cache
+            for pos0, sizes in ((0, PASS_SIZES), (len(prefix), PASS_SIZES[::-1])):
+                if pos0:
+                    together.clear()
+                    alone.clear()
+                    together.decode(eagle3.Batch.from_tokens(prefix))
+                    alone.decode(eagle3.Batch.from_tokens(prefix))
+                at = 0
+                for k in sizes:
+                    together.decode(eagle3.Batch.from_tokens(tokens[at:at + k], pos0=pos0 + at, output="all"))
+                    for i in range(k):
+                        alone.decode(eagle3.Batch.from_tokens(tokens[at + i:at + i + 1], pos0=pos0 + at + i))
+                        np.testing.assert_array_equal(
+                            together.logits(i), alone.logits(0),
+                            err_msg=f"{file_type}: token {i} of a {k}-token pass at cache length {pos0 + at}")
+                    at += k
+
+
+@exact
 @pytest.mark.parametrize("cached", [0, 700])  # 512+ cached tokens: where flash attention would split
 @pytest.mark.parametrize("spec", [
     TargetSpec(n_layer=7, n_embd=32, n_head=4, n_head_kv=4, n_ff=64, n_vocab=200, seed=0),
@@ -62,6 +124,7 @@ def _random_pair(rng: random.Random, directory, case: int):
     return write_pair(directory, target, draft, name=f"shape{case}")
 
 
+@exact
 @pytest.mark.parametrize("case", range(6))
 def test_random_shapes_generate_exactly_the_plain_tokens(tmp_path, case):
     rng = random.Random(1000 + case)
@@ -76,3 +139,50 @@ def test_random_shapes_generate_exactly_the_plain_tokens(tmp_path, case):
             with eagle3.Eagle3Session(target, draft, n_seq=3, n_draft_max=n_draft_max) as session:
                 assert [session.generate(p, 40).tokens.tolist() for p in prompts] == expected
                 assert [g.tokens.tolist() for g in session.generate_batch(prompts, 40)] == expected
+
+
+# Wide pairs: a random target, whose top two logits are often close (stock
+# kernels flip some of its greedy choices under speculation), and a chain
+# target whose drafts are mostly accepted.
+WIDE_PAIRS = {
+    "random": (TargetSpec(n_layer=3, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512, seed=23),
+               DraftSpec(n_head=4, n_head_kv=2, seed=24)),
+    "chain": (TargetSpec(n_layer=3, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512, weights="chain",
+                         seed=25),
+              DraftSpec(weights="aligned", agreement=0.8, n_head=4, n_head_kv=4, seed=26)),
+}
+
+
+@pytest.fixture(scope="module")
+def wide_pairs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("wide-pairs")
+    return {name: write_pair(directory, t, d, name=name) for name, (t, d) in WIDE_PAIRS.items()}
+
+
+@exact
+@pytest.mark.parametrize("weights", ["random", "chain"])
+@pytest.mark.parametrize("file_type", ["Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_XS", "Q2_K", "Q4_0", "Q8_0", "F16"])
+def test_quantized_targets_generate_exactly_their_plain_greedy_tokens(wide_pairs, file_type, weights):
+    from helpers import speculative
+
+    f32_path, draft_path = wide_pairs[weights]
+    path = f32_path.with_name(f"{weights}-{file_type}.gguf")
+    if not path.exists():
+        eagle3.quantize(f32_path, path, file_type)
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(3, 512, n).astype(np.int32) for n in (1, 5, 17, 40)]
+    with eagle3.Model(path) as tm, eagle3.Model(draft_path) as dm, \
+            eagle3.Context(tm, n_ctx=1024, n_seq_max=4) as target, eagle3.Context(dm, other=target) as draft, \
+            eagle3.Context(tm, n_ctx=1024, n_seq_max=4) as plain:
+        expected = [plain.generate(p, 96).tokens.tolist() for p in prompts]
+        for n_draft_max in (2, 8, 16):
+            with eagle3.Eagle3Session(target, draft, n_seq=4, n_draft_max=n_draft_max) as session:
+                assert [session.generate(p, 96).tokens.tolist() for p in prompts] == expected
+                assert [g.tokens.tolist() for g in session.generate_batch(prompts, 96)] == expected
+                if n_draft_max == 8:  # the seed's loop in Python
+                    for p, want in zip(prompts, expected):
+                        target.clear()
+                        draft.clear()
+                        assert speculative(session, target, p, 96) == want
+                if weights == "chain":  # drafts were accepted: verified in passes of many tokens
+                    assert session.generation_stats.mean_accepted_length > 1.5
