@@ -644,7 +644,7 @@ cdef class ContextHandle:
 
     def __cinit__(self, ModelHandle model, uint32_t n_ctx, uint32_t n_batch, uint32_t n_ubatch,
                   uint32_t n_seq_max, bint mtp, ContextHandle other, int32_t n_threads,
-                  int32_t n_threads_batch, bint flash_attn=False):
+                  int32_t n_threads_batch, bint flash_attn=True):
         cdef llama_context_params p = llama_context_default_params()
         p.n_ctx = n_ctx
         p.n_batch = n_batch

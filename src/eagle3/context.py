@@ -29,13 +29,15 @@ class Context(Resource):
     """A llama.cpp context over a :class:`Model`.
 
     ``Context(model, n_ctx=512, n_batch=512, n_ubatch=None, n_seq_max=1,
-    ctx_type="default", other=None, n_threads=None, flash_attn=False)``.
+    ctx_type="default", other=None, n_threads=None, flash_attn=True)``.
     ``n_threads`` defaults to the CPUs this process may use.
 
-    ``flash_attn`` is off by default: llama.cpp's CPU flash attention splits
-    the work of a one-token pass differently once 512 tokens are cached, so a
-    speculative verify pass would round differently from one-token decoding
-    and greedy speculative output could drift from plain greedy output.
+    ``flash_attn`` (on by default, as llama.cpp's "auto" picks on a CPU) fuses
+    attention into one kernel: a one-token pass costs markedly less than
+    with ``flash_attn=False``. eagle3's build gives it one kernel for every
+    pass size (stock ggml splits long caches for one-token passes and tiles
+    many-token passes, each rounding in its own way), so a verify pass
+    gives each token its one-token logits either way.
 
     A draft context for an EAGLE-3 session is created against its target
     with ``other=target_ctx`` (llama.cpp's ``ctx_other``: the draft borrows
@@ -52,7 +54,7 @@ class Context(Resource):
     def __init__(self, model: Model, n_ctx: int | None = None, n_batch: int | None = None,
                  n_ubatch: int | None = None, n_seq_max: int | None = None, ctx_type: str = "default",
                  other: Context | None = None, n_threads: int | None = None,
-                 n_threads_batch: int | None = None, flash_attn: bool = False) -> None:
+                 n_threads_batch: int | None = None, flash_attn: bool = True) -> None:
         if not isinstance(model, Model):
             raise ArgumentTypeError(f"model must be an eagle3.Model, got {type(model).__name__}")
         if ctx_type not in _CTX_TYPES:
