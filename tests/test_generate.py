@@ -217,3 +217,19 @@ def test_closed_sessions_refuse_to_generate(chain_session):
     chain_session.close()
     with pytest.raises(eagle3.ClosedError):
         chain_session.generate([1], 3)
+
+
+def test_auto_draft_length_falls_back_to_plain_decoding_when_drafts_are_rejected(models):
+    # a random draft is almost never accepted: every draft length costs more than it yields
+    target, draft = models["random"]
+    with eagle3.Context(target, n_ctx=512, n_seq_max=2) as tctx, eagle3.Context(draft, other=tctx) as dctx, \
+            eagle3.Eagle3Session(tctx, dctx, n_seq=2, n_draft_max=6) as session:
+        prompts = [[5, 6, 7], list(range(20, 40))]
+        g = session.generate(prompts[0], 96, n_draft_max="auto")
+        assert g.tokens.tolist() == greedy(target, prompts[0], 96)
+        assert 0 < g.stats.n_plain_rounds < g.stats.n_rounds
+        batch = session.generate_batch(prompts, 96, n_draft_max="auto")
+        assert [t.tokens.tolist() for t in batch] == [greedy(target, p, 96) for p in prompts]
+        assert batch.stats.n_plain_rounds > 0
+        # the session is still usable for speculation afterwards
+        assert session.generate(prompts[1], 32, n_draft_max=3).tokens.tolist() == greedy(target, prompts[1], 32)

@@ -1242,7 +1242,8 @@ cdef class EngineHandle:
         return {
             "n_prompt": st.n_prompt, "n_generated": st.n_generated, "n_rounds": st.n_rounds,
             "n_seq_rounds": st.n_seq_rounds, "n_draft_calls": st.n_draft_calls, "n_drafted": st.n_drafted,
-            "n_accepted": st.n_accepted, "accepted_per_position": per_pos, "t_prefill_s": st.t_prefill_s,
+            "n_accepted": st.n_accepted, "n_plain_rounds": st.n_plain_rounds, "accepted_per_position": per_pos,
+            "t_prefill_s": st.t_prefill_s,
             "t_draft_s": st.t_draft_s, "t_verify_s": st.t_verify_s, "t_process_s": st.t_process_s,
             "t_sample_s": st.t_sample_s, "t_total_s": st.t_total_s,
         }

@@ -87,6 +87,7 @@ cdef extern from "eagle3_engine.h" nogil:
         int64_t n_draft_calls
         int64_t n_drafted
         int64_t n_accepted
+        int64_t n_plain_rounds
         double t_prefill_s
         double t_draft_s
         double t_verify_s

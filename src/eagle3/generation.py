@@ -43,6 +43,8 @@ class GenerationStats:
     n_draft_calls: int = 0
     n_drafted: int = 0
     n_accepted: int = 0
+    n_plain_rounds: int = 0
+    """Rounds decoded without a draft because speculation did not pay (``n_draft_max="auto"``)."""
     accepted_per_position: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     """Rounds that accepted more than k drafted tokens, for each draft position k (int64)."""
     t_prefill_s: float = 0.0

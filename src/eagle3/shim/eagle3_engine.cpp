@@ -125,6 +125,80 @@ struct sequence {
     bool drafted = false;
 };
 
+// n_draft_max="auto": the draft length that gives the most tokens per second,
+// from this generation's own measurements. A round with k drafted tokens per
+// sequence is modelled as t_fixed + (tokens drafted) * t_per_draft, where
+// t_fixed is a measured round without drafts (verify + process); it yields
+// 1 + sum_j prod_{i<j} p_i tokens per sequence, p_i being the acceptance of
+// draft position i once reached (its prior: the position before it, weighted
+// as two drafts; 1/2 for the first). Plain decoding (no draft
+// and no process) costs t_plain a step; when it beats every draft length the
+// generation goes on plainly.
+struct draft_tuner {
+    static constexpr int32_t probe_every = 64;   // rounds between fixed-cost probes
+    static constexpr int32_t min_rounds = 4;     // speculative rounds before deciding
+    static constexpr double  smoothing = 0.3;    // weight of a new measurement
+
+    double t_fixed = 0.0;      // a round without drafts: one-token verify + process
+    double t_plain = 0.0;      // a plain step: one-token verify
+    double t_per_draft = 0.0;  // each drafted token: its draft step, verify row, process row
+    int32_t n_spec_rounds = 0;
+    std::vector<int64_t> reached, accepted;  // per draft position
+
+    void reset(int32_t n_draft) {
+        *this = draft_tuner{};
+        reached.assign(std::max(n_draft, 1), 0);
+        accepted.assign(std::max(n_draft, 1), 0);
+    }
+
+    static void blend(double & avg, double x) { avg = avg == 0.0 ? x : avg + smoothing * (x - avg); }
+
+    bool probe_due(int64_t round) const { return round % probe_every == 1; }
+
+    void add_probe(double t_round, double t_process) {
+        blend(t_fixed, t_round);
+        blend(t_plain, t_round - t_process);
+    }
+
+    void add_draft(int32_t draft_len, int32_t n_acc) {
+        for (int32_t i = 0; i < draft_len && i <= n_acc && i < (int32_t) reached.size(); ++i) {
+            reached[i]++;
+            accepted[i] += i < n_acc;
+        }
+    }
+
+    void add_round(double t_round, int32_t n_drafted) {
+        if (n_drafted > 0 && t_fixed > 0.0) {
+            blend(t_per_draft, std::max(0.0, t_round - t_fixed) / n_drafted);
+            n_spec_rounds++;
+        }
+    }
+
+    // the best draft length for n_live sequences (0: plain decoding), or -1
+    // while there is too little to go on
+    int32_t best(int32_t n_draft, int32_t n_live) const {
+        if (n_spec_rounds < min_rounds || t_plain <= 0.0) {
+            return -1;
+        }
+        // tokens per second and sequence; every live sequence drafts k
+        int32_t best_k = 0;
+        double best_rate = 1.0 / t_plain;
+        double tokens = 1.0, reach = 1.0, p = 0.5;
+        for (int32_t k = 1; k <= n_draft; ++k) {
+            const int32_t i = std::min(k - 1, (int32_t) reached.size() - 1);
+            p = (accepted[i] + 2.0 * p) / (reached[i] + 2.0);
+            reach *= p;
+            tokens += reach;
+            const double rate = tokens / (t_fixed + n_live * k * t_per_draft);
+            if (rate > best_rate) {
+                best_rate = rate;
+                best_k = k;
+            }
+        }
+        return best_k;
+    }
+};
+
 }  // namespace
 
 struct e3_engine {
@@ -144,6 +218,9 @@ struct e3_engine {
     std::vector<std::string> stop_strings;
     int32_t n_draft = 0;
     bool adaptive = false;
+    draft_tuner tuner;     // adaptive: measured costs and acceptance
+    int32_t best_cap = -1; // adaptive: the tuner's draft length (-1: not decided yet)
+    bool plain = false;    // adaptive chose plain decoding for the rest of this generation
 
     e3_gen_stats stats{};
     std::vector<int64_t> per_pos;
@@ -353,7 +430,10 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
         }
     }
     e->n_draft = e->spec ? (n_draft > 0 ? n_draft : e->n_draft_spec) : 0;
-    e->adaptive = adaptive != 0;
+    e->adaptive = adaptive != 0 && e->spec;
+    e->tuner.reset(e->n_draft);
+    e->best_cap = -1;
+    e->plain = false;
     e->stats = e3_gen_stats{};
     e->per_pos.assign(std::max(e->n_draft_spec, 1), 0);
     e->t_start = clock_type::now();
@@ -364,7 +444,7 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
         sequence & s = e->seqs[i];
         s.seq_id = seq_ids[i];
         s.out = out[i];
-        s.cap = e->adaptive ? std::min(2, e->n_draft) : e->n_draft;
+        s.cap = e->adaptive ? std::min(4, e->n_draft) : e->n_draft;
         s.rng.seed(mix_seed(sampling->seed + (uint64_t) i));
         llama_memory_seq_rm(mem, s.seq_id, -1, -1);
         if (e->spec) {
@@ -433,7 +513,77 @@ extern "C" int e3_engine_start(e3_engine * e, int32_t n_req, const int32_t * seq
     }
 }
 
+// A round of plain decoding: one token per live sequence, no draft, no process.
+static int plain_step(e3_engine * e, char * err, size_t n_err) {
+    e->batch_clear();
+    for (sequence & s : e->seqs) {
+        if (s.finish == E3_RUNNING && s.n_past >= e->n_ctx_seq) {
+            s.finish = E3_FINISH_CONTEXT;
+        }
+        if (s.finish != E3_RUNNING) {
+            continue;
+        }
+        s.row0 = (int32_t) e->b_tok.size();
+        if (int rc = e->batch_add(s.seq_id, s.id_last, s.n_past, true, err, n_err)) {
+            return rc;
+        }
+    }
+    if (e->b_tok.empty()) {
+        return 0;
+    }
+    if (int rc = e->batch_decode(e->stats.t_verify_s, err, n_err)) {
+        return rc;
+    }
+    e->stats.n_rounds++;
+    e->stats.n_plain_rounds++;
+    int32_t n_left = 0;
+    for (sequence & s : e->seqs) {
+        if (s.finish != E3_RUNNING) {
+            continue;
+        }
+        e->stats.n_seq_rounds++;
+        const int32_t token = e->sample_row(s, s.row0);
+        s.n_past++;
+        s.id_last = token;
+        n_left += e->emit(s, token);
+    }
+    return n_left;
+}
+
+// adaptive: measure this round, then pick the next draft length
+static void tune(e3_engine * e, bool probe, double t_round, double t_process, int32_t n_drafted, int32_t n_left) {
+    if (probe) {
+        e->tuner.add_probe(t_round, t_process);
+    } else {
+        e->tuner.add_round(t_round, n_drafted);
+    }
+    const int32_t best = e->tuner.best(e->n_draft, std::max(n_left, 1));
+    if (best < 0) {
+        return;
+    }
+    const bool changed = best != e->best_cap;
+    e->best_cap = best;
+    for (sequence & s : e->seqs) {
+        if (best == 0 && s.finish == E3_RUNNING) {
+            e3_spec_reset_seq(e->spec, s.seq_id);  // its draft state stops following it
+        }
+        if (best == 0 || changed) {
+            s.cap = best;
+        }
+    }
+    e->plain = best == 0;
+}
+
 static int engine_step(e3_engine * e, char * err, size_t n_err) {
+    if (e->plain) {
+        return plain_step(e, err, n_err);
+    }
+    const auto t_round0 = clock_type::now();
+    const double t_process0 = e->stats.t_process_s;
+    // adaptive: now and then a round without drafts, to measure what one costs
+    const bool probe = e->adaptive && e->tuner.probe_due(e->stats.n_rounds);
+    int32_t n_drafted = 0;
+
     // 1. draft for every live sequence with room for it, in one call
     e->d_seq.clear();
     e->d_past.clear();
@@ -453,7 +603,7 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
             continue;
         }
         n_live++;
-        const int32_t cap = e->draft_cap(s);
+        const int32_t cap = probe ? 0 : e->draft_cap(s);
         if (cap > 0) {
             e->d_seq.push_back(s.seq_id);
             e->d_past.push_back(s.n_past);
@@ -481,6 +631,7 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
             sequence & s = e->seqs[e->d_owner[r]];
             s.draft_len = std::min(e->d_len[r], e->d_cap[r]);
             s.drafted = true;
+            n_drafted += s.draft_len;
             e->stats.n_draft_calls++;
             e->stats.n_drafted += s.draft_len;
         }
@@ -550,7 +701,12 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
                 e->per_pos[k]++;
             }
             if (e->adaptive) {
-                s.cap = n_acc == s.draft_len ? std::min(s.cap + 1, e->n_draft) : std::max(1, n_acc + 1);
+                e->tuner.add_draft(s.draft_len, n_acc);
+                // one longer after a full accept (to keep learning the next
+                // position); after a rejection, the tuner's length or, until it
+                // decides, the accepted length + 1
+                const int32_t base = e->best_cap > 0 ? e->best_cap : std::max(1, n_acc + 1);
+                s.cap = n_acc == s.draft_len ? std::min(s.cap + 1, e->n_draft) : base;
             }
         }
         s.n_past += n_acc + 1;
@@ -564,6 +720,9 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
         if (s.finish == E3_RUNNING) {
             n_left++;
         }
+    }
+    if (e->adaptive) {
+        tune(e, probe, seconds_since(t_round0), e->stats.t_process_s - t_process0, n_drafted, n_left);
     }
     return n_left;
 }

@@ -47,6 +47,7 @@ typedef struct e3_gen_stats {
     int64_t n_draft_calls;   /* sequences drafted for */
     int64_t n_drafted;       /* tokens drafted */
     int64_t n_accepted;      /* drafted tokens accepted */
+    int64_t n_plain_rounds;  /* rounds decoded plainly (adaptive: speculation did not pay) */
     double  t_prefill_s;
     double  t_draft_s;
     double  t_verify_s;      /* target decodes of verify batches */
@@ -67,7 +68,9 @@ void e3_engine_free(e3_engine * engine);
  * and samples each sequence's first token. Request i writes its tokens to
  * out[i] (room for max_new tokens), which must stay valid until the engine is
  * freed or restarted. n_draft > 0 caps the draft length (<= the session's
- * n_draft_max); adaptive != 0 adapts each sequence's cap to its acceptance. */
+ * n_draft_max); adaptive != 0 picks the draft length that gives the most
+ * tokens per second from the generation's own timings and acceptance, down
+ * to plain decoding when no draft length beats it. */
 int e3_engine_start(e3_engine * engine, int32_t n_req, const int32_t * seq_ids, const int32_t * const * prompts,
                     const int32_t * n_prompt, int32_t max_new, int32_t * const * out, const e3_sampling * sampling,
                     const int32_t * stop_tokens, int32_t n_stop_tokens, const char * const * stop_strings,
