@@ -19,14 +19,18 @@ DRAFT = DraftSpec(n_head=8, n_head_kv=8, n_ff=1408, weights="aligned", agreement
 PROMPT = list(range(100, 132))
 
 
+# The same target with a draft that knows nothing: speculation cannot pay.
+RANDOM_DRAFT = DraftSpec(n_head=8, n_head_kv=8, n_ff=1408, seed=23)
+
 # The tests' tiny pair (0.2M parameters): a loop's own overhead dominates.
 TINY_TARGET = TargetSpec(weights="chain", seed=7)
 TINY_DRAFT = DraftSpec(weights="aligned", agreement=0.7, seed=8)
 
 
 def pair(name: str = "bench") -> tuple[Path, Path]:
-    """A benchmark pair (``"bench"`` or ``"tiny"``), written once into bench/.build/models."""
-    target_spec, draft_spec = {"bench": (TARGET, DRAFT), "tiny": (TINY_TARGET, TINY_DRAFT)}[name]
+    """A benchmark pair (``"bench"``, ``"bench-random"`` or ``"tiny"``), written once into bench/.build/models."""
+    target_spec, draft_spec = {"bench": (TARGET, DRAFT), "bench-random": (TARGET, RANDOM_DRAFT),
+                               "tiny": (TINY_TARGET, TINY_DRAFT)}[name]
     directory = BUILD / "models"
     target, draft = directory / f"{name}-target.gguf", directory / f"{name}-draft.gguf"
     if not (target.exists() and draft.exists()):
