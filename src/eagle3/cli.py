@@ -125,8 +125,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     prompts = [args.prompt] if args.prompt else shipped.held_out_prompts()[:args.prompts]
-    drafts = [int(x) for x in args.n_draft]
-    loaded = _Loaded(args, max(drafts))
+    drafts = [_n_draft(x) for x in args.n_draft]
+    n_session = max([n for n in drafts if n != "auto"], default=8)
+    loaded = _Loaded(args, n_session)
     try:
         plain_s, plain_tokens = 0.0, 0
         spec_s = {n: 0.0 for n in drafts}
@@ -147,19 +148,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for n_draft in drafts:
             st = stats[n_draft]
             rate = st.n_generated / spec_s[n_draft]
-            per_pos = st.accepted_per_position[:n_draft] / max(st.n_draft_calls, 1)
+            per_pos = st.accepted_per_position[:n_session if n_draft == "auto" else n_draft]
             rows.append({"n_draft_max": n_draft, "tokens_per_s": rate, "plain_tokens_per_s": plain_rate,
                          "speedup": rate / plain_rate, "tau": st.mean_accepted_length,
-                         "acceptance": st.acceptance_rate, "acceptance_per_position": per_pos.tolist()})
+                         "acceptance": st.acceptance_rate,
+                         "acceptance_per_position": (per_pos / max(st.n_draft_calls, 1)).tolist(),
+                         "plain_rounds": st.n_plain_rounds / max(st.n_rounds, 1)})
         if args.json:
             print(json.dumps(rows, indent=2))
         else:
             print(f"{len(prompts)} prompts, {args.n_predict} tokens each, greedy; plain decoding {plain_rate:.1f} "
                   f"tokens/s")
-            print(f"{'n_draft_max':>11} {'tokens/s':>9} {'speedup':>8} {'tau':>6} {'acceptance':>11}")
+            print(f"{'n_draft_max':>11} {'tokens/s':>9} {'speedup':>8} {'tau':>6} {'acceptance':>11} "
+                  f"{'plain rounds':>13}")
             for r in rows:
                 print(f"{r['n_draft_max']:>11} {r['tokens_per_s']:>9.1f} {r['speedup']:>7.2f}x {r['tau']:>6.2f} "
-                      f"{r['acceptance']:>10.1%}")
+                      f"{r['acceptance']:>10.1%} {r['plain_rounds']:>12.0%}")
         if args.plot:
             _plot(rows, args.plot)
         return 0
@@ -250,7 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "print it with its statistics (acceptance, tau, tokens/s).")
     p.add_argument("prompt", help="the text to continue")
     p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (default 128)")
-    p.add_argument("--n-draft-max", default="4", help="longest draft, or 'auto' (default 4)")
+    p.add_argument("--n-draft-max", default="auto",
+                   help="longest draft, or 'auto': the length that pays best, measured as it runs, down to plain "
+                        "decoding (default auto)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (default 0: all)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0: off)")
@@ -269,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", help="one prompt instead of the shipped held-out prompts")
     p.add_argument("--prompts", type=int, default=8, help="how many held-out prompts (default 8)")
     p.add_argument("-n", "--n-predict", type=int, default=128)
-    p.add_argument("--n-draft", nargs="+", default=["2", "4", "8"], help="draft lengths (default 2 4 8)")
+    p.add_argument("--n-draft", nargs="+", default=["2", "4", "8", "auto"],
+                   help="draft lengths, 'auto' among them (default 2 4 8 auto)")
     p.add_argument("--plot", help="write a PNG of acceptance per draft position here (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     _add_model_args(p)
