@@ -489,6 +489,7 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
         e3_spec_begin(e->spec, seq_ids[i], prompts[i], n_prompt[i], nullptr, 0);
     }
     e->stats.t_prefill_s = seconds_since(t0);
+    e->stats.t_process_s = 0.0;  // the prompts' process is prefill time; t_process_s counts the rounds'
     return E3_OK;
 }
 
