@@ -4,12 +4,31 @@ from __future__ import annotations
 
 import logging
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+from eagle3 import _build_config
 
 from eagle3.testing import DraftSpec, TargetSpec, write_pair
 
 BUILD = Path(__file__).resolve().parent / ".build"
+REPO = BUILD.parent.parent
+
+
+def build_stock(*targets: str) -> Path:
+    """llama.cpp tools built from the tree eagle3 was built from, with llama.cpp's
+    own default options (not eagle3's): what a user would otherwise run.
+    Rebuilt only where something changed; returns the folder of the binaries."""
+    build_dir = BUILD / "llama.cpp-stock"
+    cmd = [sys.executable, str(REPO / "build_support" / "llama_cpp.py"), "build", "--stock",
+           "--source", _build_config.LLAMA_CPP_SOURCE, "--build-dir", str(build_dir),
+           "--out-dir", str(build_dir / "lib")]
+    for target in targets:
+        cmd += ["--target", target]
+    subprocess.run(cmd, check=True)
+    return build_dir / "bin"
 
 # A 28M-parameter llama target (8 layers, width 512, 4096 tokens) whose greedy
 # next token follows a fixed rule, and an EAGLE-3 draft that knows 90% of the

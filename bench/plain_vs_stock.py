@@ -22,7 +22,6 @@ import argparse
 import json
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,19 +30,9 @@ import numpy as np
 import eagle3
 from eagle3 import _build_config, shipped
 from eagle3.context import default_threads
-from common import BUILD
+from common import build_stock
 
-REPO = Path(__file__).resolve().parent.parent
 N_PROMPT, N_GEN = 512, 128
-
-
-def build_stock(target: str) -> Path:
-    """A llama.cpp tool built with llama.cpp's default options (rebuilt only where changed)."""
-    build_dir = BUILD / "llama.cpp-stock"
-    subprocess.run([sys.executable, str(REPO / "build_support" / "llama_cpp.py"), "build", "--stock",
-                    "--source", _build_config.LLAMA_CPP_SOURCE, "--build-dir", str(build_dir),
-                    "--out-dir", str(build_dir / "lib"), "--target", target], check=True)
-    return build_dir / "bin" / target
 
 
 def llama_bench(binary: Path, model: Path, threads: int, prompt: int, gen: int) -> float:
@@ -80,7 +69,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=default_threads())
     args = parser.parse_args()
     model_path = args.model or Path(shipped.default_pair()[0])
-    binary = build_stock("llama-bench")
+    binary = build_stock("llama-bench") / "llama-bench"
     rng = np.random.default_rng(0)
     with eagle3.Model(model_path) as model:
         tokens = rng.integers(0, model.n_vocab, N_PROMPT).astype(np.int32)

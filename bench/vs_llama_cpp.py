@@ -3,43 +3,26 @@
     python bench/vs_llama_cpp.py [-n 256] [--runs 3]
 
 Builds llama-speculative-simple (--spec-type draft-eagle3) from the same
-pinned llama.cpp tree and options eagle3 was built with (into bench/.build),
-then runs both on the same GGUF pair, prompt, greedy settings and threads,
-for n_draft_max 3 and 8. Both speeds count the decode phase only (after the
-prompt), as llama-speculative-simple reports it.
+pinned llama.cpp tree with llama.cpp's own default options (into bench/.build;
+not eagle3's options: this is what a user would otherwise run), then runs
+both on the same GGUF pair, prompt, greedy settings and threads, each with its
+defaults otherwise, for n_draft_max 3 and 8. Both speeds count the decode
+phase only (after the prompt), as llama-speculative-simple reports it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 import eagle3
-from eagle3 import _build_config
 from eagle3.context import default_threads
-from common import BUILD, pair
+from common import build_stock, pair
 
-REPO = Path(__file__).resolve().parent.parent
 PROMPT_TEXT = "The EAGLE-3 draft model reads the target's hidden states and proposes the next tokens. " * 2
-
-
-def build_example() -> Path:
-    build_dir = BUILD / "llama.cpp"
-    binary = build_dir / "bin" / "llama-speculative-simple"
-    # always through the build script: it rebuilds only what changed, and
-    # reconfigures when eagle3's own llama.cpp options did
-    subprocess.run([sys.executable, str(REPO / "build_support" / "llama_cpp.py"), "build",
-                    "--source", _build_config.LLAMA_CPP_SOURCE, "--build-dir", str(build_dir),
-                    "--out-dir", str(build_dir / "lib"), "--examples",
-                    "--native", str(_build_config.NATIVE).lower(), "--amx", str(_build_config.AMX).lower(),
-                    "--llamafile", str(_build_config.LLAMAFILE).lower(),
-                    "--target", "llama-common", "--target", "llama-speculative-simple"], check=True)
-    return binary
 
 
 def run_llama_cpp(binary: Path, target: Path, draft: Path, n: int, n_draft: int,
@@ -47,8 +30,7 @@ def run_llama_cpp(binary: Path, target: Path, draft: Path, n: int, n_draft: int,
     """(decode tokens/s, stdout, acceptance) of one llama-speculative-simple run."""
     cmd = [str(binary), "-m", str(target), "-md", str(draft), "--spec-type", "draft-eagle3",
            "--spec-draft-n-max", str(n_draft), "-p", PROMPT_TEXT, "-n", str(n), "--temp", "0", "-c", "1024",
-           "-t", str(threads), "-tb", str(threads), "-ngl", "0", "--seed", "1",
-           "-fa", "off"]  # as eagle3's contexts default to
+           "-t", str(threads), "-tb", str(threads), "-ngl", "0", "--seed", "1"]
     result = subprocess.run(cmd, capture_output=True, text=True)
     found = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", result.stderr)
     accept = re.search(r"accept\s+=\s+([\d.]+)%", result.stderr)
@@ -69,7 +51,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=256, help="tokens to generate")
     parser.add_argument("--runs", type=int, default=3, help="alternating runs of each; medians are compared")
     args = parser.parse_args()
-    binary = build_example()
+    binary = build_stock("llama-speculative-simple") / "llama-speculative-simple"
     target_path, draft_path = pair()
     threads = default_threads()
     with eagle3.Model(target_path) as tm, eagle3.Model(draft_path) as dm, \

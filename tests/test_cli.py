@@ -78,7 +78,7 @@ def test_errors_are_one_line_and_exit_1(tiny_pair):
 def test_generate_with_the_shipped_pair():
     """The shipped draft is trained: it must be accepted far more often than chance."""
     assert shipped.TARGET.is_file() and shipped.DRAFT.is_file()
-    result = run_cli("generate", "def fibonacci(n):", "-n", "64", "--compare", "--json")
+    result = run_cli("generate", "def fibonacci(n):", "-n", "64", "--n-draft-max", "4", "--compare", "--json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert len(out["tokens"]) == 64 and out["plain"]["identical"]

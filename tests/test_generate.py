@@ -142,7 +142,9 @@ def test_adaptive_draft_length_drafts_less_when_little_is_accepted(models):
         fixed = session.generate([1, 2, 3], 40).stats
         auto = session.generate([1, 2, 3], 40, n_draft_max="auto").stats
         assert fixed.n_drafted / fixed.n_draft_calls > 6  # 8, less near the end of the budget
-        assert auto.n_drafted / auto.n_draft_calls < 2
+        # a round or two of short drafts, then plain decoding
+        assert auto.n_drafted <= 4 * auto.n_draft_calls and auto.n_drafted < fixed.n_drafted / 10
+        assert auto.n_plain_rounds > 0
 
 
 def test_mtp_session_uses_the_same_engine(model_dir):

@@ -126,17 +126,18 @@ struct sequence {
 };
 
 // n_draft_max="auto": the draft length that gives the most tokens per second,
-// from this generation's own measurements. A round with k drafted tokens per
+// from the session's own measurements. A round with k drafted tokens per
 // sequence is modelled as t_fixed + (tokens drafted) * t_per_draft, where
 // t_fixed is a measured round without drafts (verify + process); it yields
 // 1 + sum_j prod_{i<j} p_i tokens per sequence, p_i being the acceptance of
 // draft position i once reached (its prior: the position before it, weighted
-// as two drafts; 1/2 for the first). Plain decoding (no draft
-// and no process) costs t_plain a step; when it beats every draft length the
-// generation goes on plainly.
+// as two drafts; 1/2 for the first). Plain decoding (no draft and no process)
+// costs t_plain a step; when it beats every draft length the generation goes
+// on plainly. Costs carry over to the session's next generations (acceptance
+// at half weight), and every relearn_every-th generation measures afresh.
 struct draft_tuner {
-    static constexpr int32_t probe_every = 64;   // rounds between fixed-cost probes
-    static constexpr int32_t min_rounds = 4;     // speculative rounds before deciding
+    static constexpr int32_t probe_every = 64;   // rounds between fixed-cost probes (the first ones first)
+    static constexpr int32_t relearn_every = 8;  // generations between fresh starts
     static constexpr double  smoothing = 0.3;    // weight of a new measurement
 
     double t_fixed = 0.0;      // a round without drafts: one-token verify + process
@@ -151,13 +152,29 @@ struct draft_tuner {
         accepted.assign(std::max(n_draft, 1), 0);
     }
 
+    // a new generation of the same session: the costs stand, acceptance counts half
+    void carry_over(int32_t n_draft) {
+        if ((int32_t) reached.size() != std::max(n_draft, 1)) {
+            reset(n_draft);
+            return;
+        }
+        for (size_t i = 0; i < reached.size(); ++i) {
+            reached[i] /= 2;
+            accepted[i] /= 2;
+        }
+    }
+
     static void blend(double & avg, double x) { avg = avg == 0.0 ? x : avg + smoothing * (x - avg); }
 
-    bool probe_due(int64_t round) const { return round % probe_every == 1; }
+    // two rounds without drafts: the first rebuilds the target's graph for a
+    // one-token pass (as every change of pass size does), the second is timed
+    bool probe_due(int64_t round) const { return round % probe_every < 2; }
 
-    void add_probe(double t_round, double t_process) {
-        blend(t_fixed, t_round);
-        blend(t_plain, t_round - t_process);
+    void add_probe(int64_t round, double t_round, double t_process) {
+        if (round % probe_every == 1) {
+            blend(t_fixed, t_round);
+            blend(t_plain, t_round - t_process);
+        }
     }
 
     void add_draft(int32_t draft_len, int32_t n_acc) {
@@ -175,14 +192,15 @@ struct draft_tuner {
     }
 
     // the best draft length for n_live sequences (0: plain decoding), or -1
-    // while there is too little to go on
+    // while there is too little to go on. Plain decoding is final for the
+    // generation, so it must win by a margin while measurements are few.
     int32_t best(int32_t n_draft, int32_t n_live) const {
-        if (n_spec_rounds < min_rounds || t_plain <= 0.0) {
+        if (n_spec_rounds < 1 || t_plain <= 0.0) {
             return -1;
         }
         // tokens per second and sequence; every live sequence drafts k
         int32_t best_k = 0;
-        double best_rate = 1.0 / t_plain;
+        double best_rate = (1.0 - 0.4 / n_spec_rounds) / t_plain;
         double tokens = 1.0, reach = 1.0, p = 0.5;
         for (int32_t k = 1; k <= n_draft; ++k) {
             const int32_t i = std::min(k - 1, (int32_t) reached.size() - 1);
@@ -218,7 +236,8 @@ struct e3_engine {
     std::vector<std::string> stop_strings;
     int32_t n_draft = 0;
     bool adaptive = false;
-    draft_tuner tuner;     // adaptive: measured costs and acceptance
+    draft_tuner tuner;     // adaptive: measured costs and acceptance, kept across generations
+    int64_t n_adaptive = 0;  // adaptive generations so far
     int32_t best_cap = -1; // adaptive: the tuner's draft length (-1: not decided yet)
     bool plain = false;    // adaptive chose plain decoding for the rest of this generation
 
@@ -272,7 +291,7 @@ struct e3_engine {
 
     // hand the first n entries of the decoded batch to the session
     int batch_process(int32_t n, char * err, size_t n_err) {
-        if (!spec) {
+        if (!spec || plain) {
             return E3_OK;
         }
         const auto t0 = clock_type::now();
@@ -431,9 +450,15 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
     }
     e->n_draft = e->spec ? (n_draft > 0 ? n_draft : e->n_draft_spec) : 0;
     e->adaptive = adaptive != 0 && e->spec;
-    e->tuner.reset(e->n_draft);
-    e->best_cap = -1;
-    e->plain = false;
+    if (e->adaptive) {
+        if (e->n_adaptive++ % draft_tuner::relearn_every == 0) {
+            e->tuner.reset(e->n_draft);
+        } else {
+            e->tuner.carry_over(e->n_draft);
+        }
+    }
+    e->best_cap = e->adaptive ? e->tuner.best(e->n_draft, n_req) : -1;
+    e->plain = e->best_cap == 0;
     e->stats = e3_gen_stats{};
     e->per_pos.assign(std::max(e->n_draft_spec, 1), 0);
     e->t_start = clock_type::now();
@@ -444,7 +469,7 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
         sequence & s = e->seqs[i];
         s.seq_id = seq_ids[i];
         s.out = out[i];
-        s.cap = e->adaptive ? std::min(4, e->n_draft) : e->n_draft;
+        s.cap = !e->adaptive ? e->n_draft : e->best_cap > 0 ? e->best_cap : std::min(2, e->n_draft);
         s.rng.seed(mix_seed(sampling->seed + (uint64_t) i));
         llama_memory_seq_rm(mem, s.seq_id, -1, -1);
         if (e->spec) {
@@ -485,7 +510,7 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
         }
         e->stats.n_prompt += n_prompt[i];
     }
-    for (int32_t i = 0; e->spec && i < n_req; ++i) {
+    for (int32_t i = 0; e->spec && !e->plain && i < n_req; ++i) {
         e3_spec_begin(e->spec, seq_ids[i], prompts[i], n_prompt[i], nullptr, 0);
     }
     e->stats.t_prefill_s = seconds_since(t0);
@@ -554,7 +579,7 @@ static int plain_step(e3_engine * e, char * err, size_t n_err) {
 // adaptive: measure this round, then pick the next draft length
 static void tune(e3_engine * e, bool probe, double t_round, double t_process, int32_t n_drafted, int32_t n_left) {
     if (probe) {
-        e->tuner.add_probe(t_round, t_process);
+        e->tuner.add_probe(e->stats.n_rounds - 1, t_round, t_process);
     } else {
         e->tuner.add_round(t_round, n_drafted);
     }
