@@ -235,3 +235,20 @@ def test_auto_draft_length_falls_back_to_plain_decoding_when_drafts_are_rejected
         assert batch.stats.n_plain_rounds > 0
         # the session is still usable for speculation afterwards
         assert session.generate(prompts[1], 32, n_draft_max=3).tokens.tolist() == greedy(target, prompts[1], 32)
+
+
+@pytest.mark.parametrize("pair", ["random", "chain"])
+def test_a_per_call_draft_limit_drafts_and_costs_no_more_than_it(models, pair):
+    # p_min=0: every round drafts up to its limit; the draft context counts what it decodes
+    target, draft = models[pair]
+    with eagle3.Context(target, n_ctx=512) as tctx, eagle3.Context(draft, other=tctx) as dctx, \
+            eagle3.Eagle3Session(tctx, dctx, n_draft_max=8, p_min=0.0) as session:
+        per_round = {}
+        for limit in (8, 2):
+            before = dctx.tokens_decoded
+            st = session.generate([5, 6, 7], 64, n_draft_max=limit).stats
+            assert st.n_drafted <= limit * st.n_draft_calls
+            # each round: the draft steps, plus process of the verified tokens (at most limit + 1)
+            per_round[limit] = (dctx.tokens_decoded - before) / st.n_rounds
+            assert per_round[limit] <= 2 * limit + 2
+        assert per_round[2] < per_round[8] - 3

@@ -78,6 +78,7 @@ class ContextHandle:
     serial: int
     n_views: int
     n_threads: int
+    tokens_decoded: int
     def __init__(self, model: ModelHandle, n_ctx: int, n_batch: int, n_ubatch: int, n_seq_max: int, mtp: bool,
                  other: ContextHandle | None, n_threads: int, n_threads_batch: int, flash_attn: bool = ...) -> None: ...
     def decode(self, batch: Batch) -> int: ...

@@ -691,6 +691,11 @@ cdef class ContextHandle:
     def n_threads(self):
         return llama_n_threads(self.ptr)
 
+    @property
+    def tokens_decoded(self):
+        cdef llama_perf_context_data perf = llama_perf_context(self.ptr)
+        return perf.n_p_eval + perf.n_eval
+
     cdef int _check_seq(self, int32_t seq_id) except -1:
         if seq_id < 0 or <uint32_t> seq_id >= self.n_seq_max:
             raise BadSeqIdError(seq_id, self.n_seq_max)

@@ -126,6 +126,11 @@ cdef extern from "llama.h" nogil:
 
     float * llama_get_logits_ith(llama_context * ctx, int32_t i)
 
+    cdef struct llama_perf_context_data:
+        int32_t n_p_eval
+        int32_t n_eval
+    llama_perf_context_data llama_perf_context(const llama_context * ctx)
+
     const char * llama_print_system_info()
 
 

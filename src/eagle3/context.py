@@ -121,6 +121,12 @@ class Context(Resource):
     def n_threads(self) -> int:
         return self._live().n_threads
 
+    @property
+    def tokens_decoded(self) -> int:
+        """Tokens llama.cpp has run through this context since it was created: every
+        decode, a session's drafting and ``process`` on a draft context included."""
+        return self._live().tokens_decoded
+
     def decode(self, batch: Batch) -> None:
         """Decode ``batch``; raises :class:`DecodeError` (with the reason) on failure.
 

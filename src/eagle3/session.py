@@ -278,8 +278,13 @@ class _SpeculativeSession(Resource):
         extension without the GIL. ``temperature=0`` is greedy (the result is
         the target's own greedy decoding); otherwise tokens are sampled from
         the target's distribution, losslessly. ``n_draft_max`` caps the draft
-        length (``"auto"`` adapts it to the acceptance of each round). The
-        sequence's previous KV cache is cleared first.
+        length. ``"auto"`` picks, as it runs, the length that yields the most
+        tokens per second from this session's measured round costs and
+        acceptance, down to plain decoding (no drafts) for the rest of the
+        generation when no length pays (``stats.n_plain_rounds`` counts those
+        rounds; the sequence's draft state is then reset). The session keeps
+        what it measured for its next generations. The sequence's previous KV
+        cache is cleared first.
         """
         kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                       stop_tokens=stop_tokens, stop_strings=stop_strings, n_draft_max=n_draft_max)
