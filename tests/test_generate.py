@@ -230,6 +230,10 @@ def test_auto_draft_length_falls_back_to_plain_decoding_when_drafts_are_rejected
         g = session.generate(prompts[0], 96, n_draft_max="auto")
         assert g.tokens.tolist() == greedy(target, prompts[0], 96)
         assert 0 < g.stats.n_plain_rounds < g.stats.n_rounds
+        # the lengths it chose: a few short drafts, then none (plain rounds and probes)
+        lengths = g.stats.draft_lengths
+        assert lengths.sum() == g.stats.n_seq_rounds and lengths[0] >= g.stats.n_plain_rounds
+        assert lengths[1:].sum() == g.stats.n_draft_calls
         batch = session.generate_batch(prompts, 96, n_draft_max="auto")
         assert [t.tokens.tolist() for t in batch] == [greedy(target, p, 96) for p in prompts]
         assert batch.stats.n_plain_rounds > 0
@@ -248,6 +252,7 @@ def test_a_per_call_draft_limit_drafts_and_costs_no_more_than_it(models, pair):
             before = dctx.tokens_decoded
             st = session.generate([5, 6, 7], 64, n_draft_max=limit).stats
             assert st.n_drafted <= limit * st.n_draft_calls
+            assert st.draft_lengths.sum() == st.n_seq_rounds and not st.draft_lengths[limit + 1:].any()
             # each round: the draft steps, plus process of the verified tokens (at most limit + 1)
             per_round[limit] = (dctx.tokens_decoded - before) / st.n_rounds
             assert per_round[limit] <= 2 * limit + 2

@@ -1244,10 +1244,14 @@ cdef class EngineHandle:
         cdef int64_t[::1] pp = per_pos
         if self.n_draft_max > 0:
             e3_engine_accept_per_pos(self.ptr, &pp[0], self.n_draft_max)
+        lengths = np.zeros(max(self.n_draft_max, 0) + 1, dtype=np.int64)
+        cdef int64_t[::1] lv = lengths
+        e3_engine_draft_lengths(self.ptr, &lv[0], len(lengths))
         return {
             "n_prompt": st.n_prompt, "n_generated": st.n_generated, "n_rounds": st.n_rounds,
             "n_seq_rounds": st.n_seq_rounds, "n_draft_calls": st.n_draft_calls, "n_drafted": st.n_drafted,
             "n_accepted": st.n_accepted, "n_plain_rounds": st.n_plain_rounds, "accepted_per_position": per_pos,
+            "draft_lengths": lengths,
             "t_prefill_s": st.t_prefill_s,
             "t_draft_s": st.t_draft_s, "t_verify_s": st.t_verify_s, "t_process_s": st.t_process_s,
             "t_sample_s": st.t_sample_s, "t_total_s": st.t_total_s,

@@ -109,3 +109,4 @@ cdef extern from "eagle3_engine.h" nogil:
     int32_t e3_engine_finish(const e3_engine * engine, int32_t i)
     void e3_engine_stats(const e3_engine * engine, e3_gen_stats * out)
     void e3_engine_accept_per_pos(const e3_engine * engine, int64_t * out, int32_t n)
+    void e3_engine_draft_lengths(const e3_engine * engine, int64_t * out, int32_t n)

@@ -153,7 +153,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          "speedup": rate / plain_rate, "tau": st.mean_accepted_length,
                          "acceptance": st.acceptance_rate,
                          "acceptance_per_position": (per_pos / max(st.n_draft_calls, 1)).tolist(),
-                         "plain_rounds": st.n_plain_rounds / max(st.n_rounds, 1)})
+                         "plain_rounds": st.n_plain_rounds / max(st.n_rounds, 1),
+                         "draft_lengths": st.draft_lengths.tolist()})
         if args.json:
             print(json.dumps(rows, indent=2))
         else:

@@ -47,6 +47,9 @@ class GenerationStats:
     """Rounds decoded without a draft because speculation did not pay (``n_draft_max="auto"``)."""
     accepted_per_position: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     """Rounds that accepted more than k drafted tokens, for each draft position k (int64)."""
+    draft_lengths: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    """Sequence-rounds by the length k of the draft they verified, k = 0 .. n_draft_max
+    (int64; 0: no draft): the lengths ``n_draft_max="auto"`` chose."""
     t_prefill_s: float = 0.0
     t_draft_s: float = 0.0
     t_verify_s: float = 0.0
@@ -73,7 +76,7 @@ class GenerationStats:
         out = GenerationStats()
         for field in dataclasses.fields(self):
             a, b = getattr(self, field.name), getattr(other, field.name)
-            if field.name == "accepted_per_position":
+            if isinstance(a, np.ndarray):
                 n = max(len(a), len(b))
                 total = np.zeros(n, np.int64)
                 total[:len(a)] += a

@@ -243,6 +243,7 @@ struct e3_engine {
 
     e3_gen_stats stats{};
     std::vector<int64_t> per_pos;
+    std::vector<int64_t> draft_lengths;  // sequence-rounds by the length of the draft verified
     clock_type::time_point t_start;
 
     sampler smpl;
@@ -461,6 +462,7 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
     e->plain = e->best_cap == 0;
     e->stats = e3_gen_stats{};
     e->per_pos.assign(std::max(e->n_draft_spec, 1), 0);
+    e->draft_lengths.assign(e->n_draft_spec + 1, 0);
     e->t_start = clock_type::now();
 
     e->seqs.assign(n_req, sequence{});
@@ -568,6 +570,7 @@ static int plain_step(e3_engine * e, char * err, size_t n_err) {
             continue;
         }
         e->stats.n_seq_rounds++;
+        e->draft_lengths[0]++;
         const int32_t token = e->sample_row(s, s.row0);
         s.n_past++;
         s.id_last = token;
@@ -704,6 +707,7 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
             continue;
         }
         e->stats.n_seq_rounds++;
+        e->draft_lengths[std::min<size_t>(s.draft_len, e->draft_lengths.size() - 1)]++;
         e->accepted.clear();
         for (int32_t k = 0;; ++k) {
             const int32_t token = e->sample_row(s, s.row0 + k);
@@ -784,6 +788,12 @@ extern "C" int32_t e3_engine_finish(const e3_engine * e, int32_t i) {
 extern "C" void e3_engine_stats(const e3_engine * e, e3_gen_stats * out) {
     if (e && out) {
         *out = e->stats;
+    }
+}
+
+extern "C" void e3_engine_draft_lengths(const e3_engine * e, int64_t * out, int32_t n) {
+    for (int32_t k = 0; k < n; ++k) {
+        out[k] = e && k < (int32_t) e->draft_lengths.size() ? e->draft_lengths[k] : 0;
     }
 }
 

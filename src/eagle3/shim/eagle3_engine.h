@@ -88,6 +88,9 @@ int32_t e3_engine_finish(const e3_engine * engine, int32_t i);
 void e3_engine_stats(const e3_engine * engine, e3_gen_stats * out);
 /* Accepted-length histogram of this generation (as e3_spec_accept_per_pos). */
 void e3_engine_accept_per_pos(const e3_engine * engine, int64_t * out, int32_t n);
+/* out[k]: sequence-rounds of this generation that verified a draft of k tokens
+ * (k = 0: none, as in plain rounds), for k <= n_draft_max. */
+void e3_engine_draft_lengths(const e3_engine * engine, int64_t * out, int32_t n);
 
 #ifdef __cplusplus
 }
