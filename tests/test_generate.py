@@ -257,3 +257,16 @@ def test_a_per_call_draft_limit_drafts_and_costs_no_more_than_it(models, pair):
             per_round[limit] = (dctx.tokens_decoded - before) / st.n_rounds
             assert per_round[limit] <= 2 * limit + 2
         assert per_round[2] < per_round[8] - 3
+
+
+def test_draft_limits_respect_the_sessions_n_min(models):
+    # drafts shorter than n_min are dropped by llama.cpp: a lower limit could only waste draft steps
+    target, draft = models["chain"]
+    with eagle3.Context(target, n_ctx=512) as tctx, eagle3.Context(draft, other=tctx) as dctx, \
+            eagle3.Eagle3Session(tctx, dctx, n_draft_max=6, n_min=3) as session:
+        with pytest.raises(eagle3.InvalidArgumentError, match="n_min"):
+            session.generate([5, 6, 7], 16, n_draft_max=2)
+        for _ in range(3):
+            g = session.generate([5, 6, 7], 48, n_draft_max="auto")
+            assert g.tokens.tolist() == greedy(target, [5, 6, 7], 48)
+            assert not g.stats.draft_lengths[1:3].any()

@@ -191,10 +191,11 @@ struct draft_tuner {
         }
     }
 
-    // the best draft length for n_live sequences (0: plain decoding), or -1
-    // while there is too little to go on. Plain decoding is final for the
-    // generation, so it must win by a margin while measurements are few.
-    int32_t best(int32_t n_draft, int32_t n_live) const {
+    // the best draft length in [n_min, n_draft] for n_live sequences (0:
+    // plain decoding), or -1 while there is too little to go on. Plain
+    // decoding is final for the generation, so it must win by a margin while
+    // measurements are few.
+    int32_t best(int32_t n_min, int32_t n_draft, int32_t n_live) const {
         if (n_spec_rounds < 1 || t_plain <= 0.0) {
             return -1;
         }
@@ -208,7 +209,7 @@ struct draft_tuner {
             reach *= p;
             tokens += reach;
             const double rate = tokens / (t_fixed + n_live * k * t_per_draft);
-            if (rate > best_rate) {
+            if (k >= n_min && rate > best_rate) {
                 best_rate = rate;
                 best_k = k;
             }
@@ -227,6 +228,7 @@ struct e3_engine {
     int32_t n_batch = 0;
     int32_t n_ctx_seq = 0;
     int32_t n_draft_spec = 0;  // the session's n_draft_max
+    int32_t n_min = 0;         // the session's n_min: shorter drafts are dropped
     llama_batch_ext * batch = nullptr;
 
     std::vector<sequence> seqs;
@@ -370,6 +372,7 @@ extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec,
         e->n_batch = (int32_t) llama_n_batch(ctx_tgt);
         e->n_ctx_seq = (int32_t) llama_n_ctx_seq(ctx_tgt);
         e->n_draft_spec = spec ? e3_spec_n_draft_max(spec) : 0;
+        e->n_min = spec ? std::max(e3_spec_n_min(spec), 1) : 1;
         e->batch = llama_batch_ext_init(ctx_tgt);
         if (!e->batch) {
             delete e;
@@ -413,6 +416,10 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
     }
     if (e->spec && (n_draft < 0 || n_draft > e->n_draft_spec)) {
         return fail(err, n_err, E3_ERR_ARG, "n_draft must be in [0, %d]", (int) e->n_draft_spec);
+    }
+    if (e->spec && n_draft > 0 && n_draft < e->n_min) {
+        return fail(err, n_err, E3_ERR_ARG, "n_draft_max = %d is below the session's n_min = %d: every draft would "
+                    "be dropped", (int) n_draft, (int) e->n_min);
     }
     std::vector<char> seen(n_seq_limit, 0);
     for (int32_t i = 0; i < n_req; ++i) {
@@ -458,7 +465,7 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
             e->tuner.carry_over(e->n_draft);
         }
     }
-    e->best_cap = e->adaptive ? e->tuner.best(e->n_draft, n_req) : -1;
+    e->best_cap = e->adaptive ? e->tuner.best(e->n_min, e->n_draft, n_req) : -1;
     e->plain = e->best_cap == 0;
     e->stats = e3_gen_stats{};
     e->per_pos.assign(std::max(e->n_draft_spec, 1), 0);
@@ -471,7 +478,7 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
         sequence & s = e->seqs[i];
         s.seq_id = seq_ids[i];
         s.out = out[i];
-        s.cap = !e->adaptive ? e->n_draft : e->best_cap > 0 ? e->best_cap : std::min(2, e->n_draft);
+        s.cap = !e->adaptive ? e->n_draft : e->best_cap > 0 ? e->best_cap : std::max(std::min(2, e->n_draft), e->n_min);
         s.rng.seed(mix_seed(sampling->seed + (uint64_t) i));
         llama_memory_seq_rm(mem, s.seq_id, -1, -1);
         if (e->spec) {
@@ -586,7 +593,7 @@ static void tune(e3_engine * e, bool probe, double t_round, double t_process, in
     } else {
         e->tuner.add_round(t_round, n_drafted);
     }
-    const int32_t best = e->tuner.best(e->n_draft, std::max(n_left, 1));
+    const int32_t best = e->tuner.best(e->n_min, e->n_draft, std::max(n_left, 1));
     if (best < 0) {
         return;
     }
@@ -735,7 +742,7 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
                 // one longer after a full accept (to keep learning the next
                 // position); after a rejection, the tuner's length or, until it
                 // decides, the accepted length + 1
-                const int32_t base = e->best_cap > 0 ? e->best_cap : std::max(1, n_acc + 1);
+                const int32_t base = e->best_cap > 0 ? e->best_cap : std::max(e->n_min, n_acc + 1);
                 s.cap = n_acc == s.draft_len ? std::min(s.cap + 1, e->n_draft) : base;
             }
         }

@@ -356,6 +356,7 @@ extern "C" void e3_spec_free(e3_spec * s) {
 
 extern "C" int32_t e3_spec_n_seq(const e3_spec * s) { return s ? (int32_t) s->cfg.n_seq : 0; }
 extern "C" int32_t e3_spec_n_draft_max(const e3_spec * s) { return s ? s->n_draft_max : 0; }
+extern "C" int32_t e3_spec_n_min(const e3_spec * s) { return s ? s->cfg.n_min : 0; }
 extern "C" int32_t e3_spec_type(const e3_spec * s) { return s ? s->cfg.type : -1; }
 
 static int check_tokens(const e3_spec * s, const int32_t * tokens, int32_t n, const char * what, char * err,

@@ -70,6 +70,7 @@ void e3_spec_free(e3_spec * spec);
 
 int32_t e3_spec_n_seq(const e3_spec * spec);
 int32_t e3_spec_n_draft_max(const e3_spec * spec);
+int32_t e3_spec_n_min(const e3_spec * spec);
 int32_t e3_spec_type(const e3_spec * spec);
 
 /* Optional: the prompt just decoded into the target for seq_id. */
