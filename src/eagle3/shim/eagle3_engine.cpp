@@ -350,7 +350,7 @@ struct e3_engine {
     }
 
     int32_t draft_cap(const sequence & s) const {
-        if (!spec) {
+        if (!spec || plain) {
             return 0;
         }
         const int32_t room_ctx = n_ctx_seq - s.n_past - 1;  // positions n_past .. n_past + cap
@@ -549,44 +549,6 @@ extern "C" int e3_engine_start(e3_engine * e, int32_t n_req, const int32_t * seq
     }
 }
 
-// A round of plain decoding: one token per live sequence, no draft, no process.
-static int plain_step(e3_engine * e, char * err, size_t n_err) {
-    e->batch_clear();
-    for (sequence & s : e->seqs) {
-        if (s.finish == E3_RUNNING && s.n_past >= e->n_ctx_seq) {
-            s.finish = E3_FINISH_CONTEXT;
-        }
-        if (s.finish != E3_RUNNING) {
-            continue;
-        }
-        s.row0 = (int32_t) e->b_tok.size();
-        if (int rc = e->batch_add(s.seq_id, s.id_last, s.n_past, true, err, n_err)) {
-            return rc;
-        }
-    }
-    if (e->b_tok.empty()) {
-        return 0;
-    }
-    if (int rc = e->batch_decode(e->stats.t_verify_s, err, n_err)) {
-        return rc;
-    }
-    e->stats.n_rounds++;
-    e->stats.n_plain_rounds++;
-    int32_t n_left = 0;
-    for (sequence & s : e->seqs) {
-        if (s.finish != E3_RUNNING) {
-            continue;
-        }
-        e->stats.n_seq_rounds++;
-        e->draft_lengths[0]++;
-        const int32_t token = e->sample_row(s, s.row0);
-        s.n_past++;
-        s.id_last = token;
-        n_left += e->emit(s, token);
-    }
-    return n_left;
-}
-
 // adaptive: measure this round, then pick the next draft length
 static void tune(e3_engine * e, bool probe, double t_round, double t_process, int32_t n_drafted, int32_t n_left) {
     if (probe) {
@@ -611,14 +573,14 @@ static void tune(e3_engine * e, bool probe, double t_round, double t_process, in
     e->plain = best == 0;
 }
 
+// One round for every live sequence. In plain mode (adaptive, when drafting
+// does not pay) the same round runs without drafts and without process.
 static int engine_step(e3_engine * e, char * err, size_t n_err) {
-    if (e->plain) {
-        return plain_step(e, err, n_err);
-    }
+    const bool tuning = e->adaptive && !e->plain;
     const auto t_round0 = clock_type::now();
     const double t_process0 = e->stats.t_process_s;
     // adaptive: now and then a round without drafts, to measure what one costs
-    const bool probe = e->adaptive && e->tuner.probe_due(e->stats.n_rounds);
+    const bool probe = tuning && e->tuner.probe_due(e->stats.n_rounds);
     int32_t n_drafted = 0;
 
     // 1. draft for every live sequence with room for it, in one call
@@ -705,6 +667,7 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
         return rc;
     }
     e->stats.n_rounds++;
+    e->stats.n_plain_rounds += e->plain;
 
     // 3. accept: sample the target at each drafted position while it agrees
     llama_memory_t mem = llama_get_memory(e->ctx);
@@ -748,7 +711,9 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
             }
         }
         s.n_past += n_acc + 1;
-        llama_memory_seq_rm(mem, s.seq_id, s.n_past, -1);  // the rejected drafts
+        if (n_acc < s.draft_len) {
+            llama_memory_seq_rm(mem, s.seq_id, s.n_past, -1);  // the rejected drafts
+        }
         for (int32_t token : e->accepted) {
             if (!e->emit(s, token)) {
                 break;
@@ -759,7 +724,7 @@ static int engine_step(e3_engine * e, char * err, size_t n_err) {
             n_left++;
         }
     }
-    if (e->adaptive) {
+    if (tuning) {
         tune(e, probe, seconds_since(t_round0), e->stats.t_process_s - t_process0, n_drafted, n_left);
     }
     return n_left;
