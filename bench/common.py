@@ -70,3 +70,25 @@ def side_by_side(*fns, rounds: int = 7) -> list[float]:
             fn()
             spent.append(time.perf_counter() - t0)
     return [statistics.median(spent) for spent in times]
+
+
+def pass_costs(ctx, context, sizes, repeats: int = 10, rounds: int = 7) -> list[float]:
+    """Seconds of one pass over k tokens after ``context`` (freshly decoded into
+    ``ctx``), for each k in ``sizes``, measured side by side. Each block
+    repeats one size, so llama.cpp reuses the compute graph as it does while
+    decoding; each pass is dropped again, so every pass sees the same cache."""
+    import eagle3
+
+    ctx.clear()
+    ctx.decode(eagle3.Batch.from_tokens(context))
+    n0 = len(context)
+
+    def passes_of(k: int):
+        batch = eagle3.Batch.from_tokens(context[1:k + 1], pos0=n0, output="all")
+
+        def run() -> None:
+            for _ in range(repeats):
+                ctx.decode(batch)
+                ctx.seq_rm(0, n0)
+        return run
+    return [t / repeats for t in side_by_side(*(passes_of(k) for k in sizes), rounds=rounds)]

@@ -21,23 +21,11 @@ import numpy as np
 
 import eagle3
 from eagle3 import shipped
-from common import side_by_side
+from common import pass_costs
 
 
 def decode_only(stats: eagle3.GenerationStats) -> float:
     return stats.t_total_s - stats.t_prefill_s
-
-
-def pass_cost(ctx: eagle3.Context, context: np.ndarray, k: int, repeats: int = 20) -> float:
-    """Seconds of one target pass over k tokens after ``context``."""
-    n0 = len(context)
-    batch = eagle3.Batch.from_tokens(context[1:k + 1], pos0=n0, output="all")
-
-    def run() -> None:
-        for _ in range(repeats):
-            ctx.decode(batch)
-            ctx.seq_rm(0, n0)
-    return side_by_side(run, rounds=5)[0] / repeats
 
 
 def main() -> None:
@@ -76,10 +64,8 @@ def main() -> None:
                   f"{other * ms:>7.3f} {budget * st.n_rounds / total:>8.2f}x")
 
         context = np.concatenate(prompts)[:256].astype(np.int32)
-        tctx.clear()
-        tctx.decode(eagle3.Batch.from_tokens(context))
         sizes = sorted({1, *(k + 1 for k in args.n_draft)})
-        costs = {k: pass_cost(tctx, context, k) for k in sizes}
+        costs = dict(zip(sizes, pass_costs(tctx, context, sizes)))
         print(f"\ntarget pass after {len(context)} cached tokens (the verify pass of n_draft is n_draft + 1 tokens):")
         for k in sizes:
             print(f"  {k:>2} tokens: {costs[k] * 1e3:7.3f} ms = {costs[k] / costs[1]:.2f} one-token passes")

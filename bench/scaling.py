@@ -23,7 +23,7 @@ import numpy as np
 
 import eagle3
 from eagle3.testing import DraftSpec, TargetSpec, write_pair
-from common import BUILD, side_by_side
+from common import BUILD, pass_costs, side_by_side
 
 # millions of target parameters -> (layers, width, feed-forward width); widths
 # and feed-forward widths are multiples of 256 (K-quant rows); 4096 tokens,
@@ -62,23 +62,6 @@ def pair_files(size: int, file_type: str):
     return target, draft
 
 
-def pass_ratio(ctx: eagle3.Context, k: int = 5) -> float:
-    ctx.clear()
-    ctx.decode(eagle3.Batch.from_tokens(PROMPT))
-    n0 = len(PROMPT)
-
-    def passes(n: int):
-        batch = eagle3.Batch.from_tokens(PROMPT[:n], pos0=n0, output="all")
-
-        def run() -> None:
-            for _ in range(5):
-                ctx.decode(batch)
-                ctx.seq_rm(0, n0)
-        return run
-    one, many = side_by_side(passes(1), passes(k), rounds=3)
-    return many / one
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SHAPES), choices=list(SHAPES))
@@ -94,7 +77,8 @@ def main() -> None:
                     eagle3.Context(tm, n_ctx=512) as plain, eagle3.Context(tm, n_ctx=512) as tctx, \
                     eagle3.Context(dm, other=tctx) as dctx, \
                     eagle3.Eagle3Session(tctx, dctx, n_draft_max=8) as session:
-                ratio = pass_ratio(plain)
+                one, five = pass_costs(plain, np.array(PROMPT, np.int32), [1, 5], repeats=5, rounds=3)
+                ratio = five / one
                 expected = plain.generate(PROMPT, args.n).tokens
                 g4 = session.generate(PROMPT, args.n, n_draft_max=4)
                 assert np.array_equal(g4.tokens, expected)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 import eagle3
-from common import side_by_side
+from common import pass_costs
 from eagle3 import shipped
 
 PASSES = 10
@@ -31,21 +31,8 @@ def main() -> None:
     path = args.model or shipped.default_pair()[0]
     with eagle3.Model(path) as model, eagle3.Context(model, n_ctx=1024) as ctx:
         context = model.tokenize(CONTEXT)
-        ctx.decode(eagle3.Batch.from_tokens(context))
         n0 = len(context)
-
-        def passes_of(k: int):
-            batch = eagle3.Batch.from_tokens(context[1:k + 1], pos0=n0, output="all")
-
-            def run() -> None:
-                # a block of passes of one size: llama.cpp reuses the compute
-                # graph while the batch shape stays, as it does while decoding
-                for _ in range(PASSES):
-                    ctx.decode(batch)
-                    ctx.seq_rm(0, n0)  # drop the pass again: every pass sees the same cache
-            return run
-
-        times = [t / PASSES for t in side_by_side(*(passes_of(k) for k in args.sizes), rounds=9)]
+        times = pass_costs(ctx, context, args.sizes, repeats=PASSES, rounds=9)
         threads = ctx.n_threads
     print(f"{path}, {threads} threads, {n0} tokens in the cache")
     print(f"{'tokens in pass':>14} {'ms':>7} {'x one token':>12} {'x per token':>12}")
