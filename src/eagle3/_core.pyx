@@ -40,16 +40,13 @@ from eagle3.errors import (
 cnp.import_array()
 llama_backend_init()
 
-DEF ERR_LEN = 1024
-
-SPEC_EAGLE3 = E3_SPEC_EAGLE3
-SPEC_MTP = E3_SPEC_MTP
 
 # ---------------------------------------------------------------------------
 # Logging bridge: C messages -> a Python callable set by eagle3._logging
 # ---------------------------------------------------------------------------
 
 cdef object _log_sink = None
+cdef object _log_explain = None   # returns the error lines logged on this thread since its last call
 cdef bint _log_live = False
 
 
@@ -65,16 +62,30 @@ cdef void _log_trampoline(int level, const char * text, void * user_data) noexce
                 pass
 
 
-def set_log_sink(sink, int common_verbosity):
-    """Route llama.cpp, ggml and common/ messages to ``sink(level, line)``; None stops it."""
-    global _log_sink, _log_live
+def set_log_sink(sink, int common_verbosity, explain=None):
+    """Route llama.cpp, ggml and common/ messages to ``sink(level, line)``; None stops it.
+    ``explain()`` returns (and forgets) the error lines logged on the calling thread."""
+    global _log_sink, _log_live, _log_explain
     _log_sink = sink
+    _log_explain = explain
     _log_live = sink is not None
     if _log_live:
         e3_log_set(_log_trampoline, NULL)
     else:
         e3_log_set(NULL, NULL)
     e3_log_set_common_verbosity(common_verbosity)
+
+
+cdef inline void _log_reset() except *:
+    # before a call that can fail: older lines do not explain it
+    if _log_explain is not None:
+        _log_explain()
+
+
+cdef str _with_log(str message):
+    """``message`` and what llama.cpp logged about it, if anything."""
+    logged = _log_explain() if _log_explain is not None else ""
+    return f"{message} (llama.cpp: {logged})" if logged else message
 
 
 def eagle3_target_support(str arch):
@@ -90,10 +101,6 @@ def system_info():
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------
-
-cdef inline str _err_text(char * buf):
-    return buf.decode("utf-8", "replace")
-
 
 cdef object _as_int32_array(object values, str what):
     """Integer input as a C-contiguous int32 array (no silent casts from floats)."""
@@ -227,9 +234,9 @@ def read_gguf(path):
     return metadata, types, tensors
 
 
-def quantize_file(src, dst, int ftype, int nthread, bint pure, bint allow_requantize):
+def quantize_file(src, dst, int ftype, int nthread, bint pure, bint allow_requantize, str type_name):
     """llama.cpp's own quantizer (``llama_model_quantize``) without the GIL;
-    raises :class:`ModelLoadError` when it fails (the log says why)."""
+    raises :class:`ModelLoadError` with llama.cpp's reason when it fails."""
     cdef bytes bsrc = _fs_path(src)
     cdef bytes bdst = _fs_path(dst)
     cdef const char * csrc = bsrc
@@ -240,10 +247,11 @@ def quantize_file(src, dst, int ftype, int nthread, bint pure, bint allow_requan
     params.pure = pure
     params.allow_requantize = allow_requantize
     cdef uint32_t rc
+    _log_reset()
     with nogil:
         rc = llama_model_quantize(csrc, cdst, &params)
     if rc != 0:
-        raise ModelLoadError(f"llama.cpp could not quantize {src!s}")
+        raise ModelLoadError(_with_log(f"{src!s}: llama.cpp could not quantize it to {type_name}"))
 
 
 cdef bytes _fs_path(path):
@@ -274,10 +282,11 @@ cdef class ModelHandle:
         params.check_tensors = check_tensors
         cdef const char * cpath = bpath
         cdef llama_model * m
+        _log_reset()
         with nogil:
             m = llama_model_load_from_file(cpath, params)
         if m == NULL:
-            raise ModelLoadError(f"failed to load model from {path!s} (see the 'eagle3' log for the reason)")
+            raise ModelLoadError(_with_log(f"{path!s}: llama.cpp could not load it"))
         self.ptr = m
         self.vocab = llama_model_get_vocab(m)
         self.n_vocab = llama_vocab_n_tokens(self.vocab)
@@ -337,14 +346,6 @@ cdef class ModelHandle:
     def description(self):
         cdef char buf[256]
         llama_model_desc(self.ptr, buf, sizeof(buf))
-        return buf.decode("utf-8", "replace")
-
-    def meta(self, str key):
-        """A metadata value as llama.cpp renders it, or None."""
-        cdef char buf[512]
-        cdef bytes bkey = key.encode()
-        if llama_model_meta_val_str(self.ptr, bkey, buf, sizeof(buf)) < 0:
-            return None
         return buf.decode("utf-8", "replace")
 
     def is_eog(self, int32_t token):
@@ -660,10 +661,11 @@ cdef class ContextHandle:
             p.n_threads_batch = n_threads_batch
         p.ctx_other = other.ptr if other is not None else NULL
         cdef llama_context * c
+        _log_reset()
         with nogil:
             c = llama_init_from_model(model.ptr, p)
         if c == NULL:
-            raise ContextError("llama.cpp could not create the context (see the 'eagle3' log for the reason)")
+            raise ContextError(_with_log("llama.cpp could not create the context"))
         self.ptr = c
         self.model = model
         self.other = other
@@ -750,16 +752,16 @@ cdef class ContextHandle:
                 llama_batch_ext_set_output_logits(self.bext, idx, True)
 
         cdef int32_t rc
+        _log_reset()
         with nogil:
             rc = llama_process(self.ptr, LLAMA_PROCESS_TYPE_DECODE, self.bext)
         if n_out > self.out_capacity:
             self.out_capacity = n_out
         if rc != 0:
-            self.last_batch = None
-            self.last_outputs = None
+            self.outputs_lost(False)
             reason = {1: "no KV cache slot for the batch (the context is full; clear or seq_rm first)",
                       2: "aborted", -1: "invalid batch"}.get(rc, "computation failed")
-            raise DecodeError(f"llama_decode returned {rc}: {reason}")
+            raise DecodeError(_with_log(f"llama_decode returned {rc}: {reason}"))
         self.serial += 1
         self.last_batch = batch
         self.last_version = batch.version
@@ -767,16 +769,14 @@ cdef class ContextHandle:
         self.last_n_outputs = n_out
         return 0
 
-    def forget_outputs(self):
-        """Another component decoded on this context: the last outputs are gone."""
+    cdef void outputs_lost(self, bint decoded):
+        """Something else used this context (a session's draft, a generation): the last
+        outputs are gone, and with ``decoded`` it counts as a decode no batch can claim."""
+        if decoded:
+            self.serial += 1
         self.last_batch = None
         self.last_outputs = None
         self.last_n_outputs = 0
-
-    def used_elsewhere(self):
-        """The engine decoded on this context: count it as a decode no batch can claim."""
-        self.serial += 1
-        self.forget_outputs()
 
     def is_last_decoded(self, Batch batch):
         return self.last_batch is batch and self.last_version == batch.version
@@ -841,62 +841,115 @@ cdef class ContextHandle:
     def clear(self):
         with nogil:
             llama_memory_clear(llama_get_memory(self.ptr), True)
-        self.forget_outputs()
+        self.outputs_lost(False)
 
 
 # ---------------------------------------------------------------------------
-# Speculative session
+# Errors from the shim: one table, and the C message always kept
 # ---------------------------------------------------------------------------
 
-cdef object _raise_status(int rc, char * err, int32_t seq_id, int32_t n_seq):
-    msg = _err_text(err)
-    if rc == E3_ERR_SEQ:
-        raise BadSeqIdError(seq_id, n_seq)
-    if rc == E3_ERR_ARG:
-        raise InvalidArgumentError(msg)
-    if rc == E3_ERR_STATE:
-        raise SessionStateError(msg)
-    if rc == E3_ERR_PROCESS:
-        raise ProcessError(msg)
-    if rc == E3_ERR_INIT:
-        raise SessionInitError(msg)
-    raise Eagle3Error(msg)
+_STATUS_ERRORS = {
+    E3_ERR_INIT: SessionInitError,
+    E3_ERR_PROCESS: ProcessError,
+    E3_ERR_ARG: InvalidArgumentError,
+    E3_ERR_STATE: SessionStateError,
+    E3_ERR_DECODE: DecodeError,
+    E3_ERR_CONFIG: InvalidConfigError,
+    E3_ERR_EXCEPTION: Eagle3Error,
+}
 
+
+cdef object _raise_shim(const e3_error * err):
+    if err.status == E3_ERR_SEQ:
+        raise BadSeqIdError(err.seq_id, err.n_seq)
+    raise _STATUS_ERRORS.get(err.status, Eagle3Error)(_with_log(err.message.decode("utf-8", "replace")))
+
+
+cdef inline int _check(int rc, const e3_error * err) except -1:
+    if rc < 0:
+        _raise_shim(err)
+    return rc
+
+
+MAX_SEQ = e3_max_seq()
+MAX_LAYERS = e3_max_layers()
+DRAFT_AUTO = E3_DRAFT_AUTO
+FINISH_REASONS = {E3_RUNNING: None, E3_FINISH_LENGTH: "length", E3_FINISH_STOP: "stop",
+                  E3_FINISH_CONTEXT: "context"}
+SESSION_KINDS = {"eagle3": E3_SPEC_EAGLE3, "mtp": E3_SPEC_MTP}
+
+
+def check_session_config(n_seq, n_draft_max, n_min, double p_min):
+    """Raise InvalidConfigError if a session configuration is out of range (the shim's rules).
+    Integers beyond C's int32 are passed as the nearest int32 (which every rule refuses)."""
+    clamp = lambda v: max(-1, min(int(v), 2**31 - 1))
+    cdef e3_spec_config cfg = _spec_config("eagle3", max(0, clamp(n_seq)), clamp(n_draft_max), clamp(n_min),
+                                           <float> p_min)
+    cdef e3_error err
+    _check(e3_spec_check_config(&cfg, &err), &err)
+
+
+cdef e3_spec_config _spec_config(str kind, uint32_t n_seq, int32_t n_draft_max, int32_t n_min, float p_min):
+    cdef e3_spec_config cfg
+    cfg.kind = SESSION_KINDS[kind]
+    cfg.n_seq = n_seq
+    cfg.n_draft_max = n_draft_max
+    cfg.n_min = n_min
+    cfg.p_min = p_min
+    return cfg
+
+
+# ---------------------------------------------------------------------------
+# Counters: e3_counters (and its histograms) as one dict, built here only
+# ---------------------------------------------------------------------------
+
+cdef class _Histograms:
+    """The two histogram arrays beside an e3_counters, and the C view of them."""
+    cdef readonly object accepted_per_position, draft_lengths
+    cdef e3_histograms view
+
+    def __cinit__(self, int32_t n_draft_max):
+        self.accepted_per_position = np.zeros(max(n_draft_max, 0) + 1, dtype=np.int64)
+        self.draft_lengths = np.zeros(max(n_draft_max, 0) + 1, dtype=np.int64)
+        cdef int64_t[::1] a = self.accepted_per_position
+        cdef int64_t[::1] b = self.draft_lengths
+        self.view.accepted_per_pos = &a[0]
+        self.view.draft_lengths = &b[0]
+        self.view.n_hist = <int32_t> a.shape[0]
+
+
+cdef dict _counters_dict(const e3_counters * c, _Histograms h, int32_t n_draft_max):
+    cdef dict d = c[0]  # every field of e3_counters, by name
+    d["accepted_per_position"] = h.accepted_per_position[:max(n_draft_max, 0)]
+    d["draft_lengths"] = h.draft_lengths
+    return d
+
+
+# ---------------------------------------------------------------------------
+# Speculative session, generation engine, and the pair that drives them
+# ---------------------------------------------------------------------------
 
 cdef class SessionHandle:
     """Owns an ``e3_spec`` (a ``common_speculative`` and its bookkeeping)."""
 
     cdef e3_spec * ptr
-    cdef readonly ContextHandle target_ctx
-    cdef readonly ContextHandle draft_ctx
-    cdef readonly int32_t n_seq, n_draft_max, kind
-    cdef uint64_t created_serial
-    cdef uint64_t processed_serial
-    cdef object __weakref__
+    cdef readonly ContextHandle target_ctx, draft_ctx
+    cdef e3_spec_info info
 
-    def __cinit__(self, int kind, ContextHandle target, ContextHandle draft, uint32_t n_seq,
+    def __cinit__(self, str kind, ContextHandle target, ContextHandle draft, uint32_t n_seq,
                   int32_t n_draft_max, int32_t n_min, float p_min):
-        cdef e3_spec_config cfg
-        cfg.n_seq = n_seq
-        cfg.n_draft_max = n_draft_max
-        cfg.n_min = n_min
-        cfg.p_min = p_min
-        cfg.type = kind
-        cdef char err[ERR_LEN]
-        err[0] = 0
-        cdef e3_spec * s
+        cdef e3_spec_config cfg = _spec_config(kind, n_seq, n_draft_max, n_min, p_min)
+        cdef e3_error err
+        _log_reset()
         with nogil:
-            s = e3_spec_create(target.ptr, draft.ptr, &cfg, err, ERR_LEN)
-        if s == NULL:
-            raise SessionInitError(_err_text(err) or None)
-        self.ptr = s
+            self.ptr = e3_spec_create(target.ptr, draft.ptr, &cfg, &err)
+        if self.ptr == NULL and err.status == E3_ERR_INIT:
+            raise SessionInitError(_with_log(err.message.decode("utf-8", "replace")), kind=kind)
+        if self.ptr == NULL:
+            _raise_shim(&err)
         self.target_ctx = target
         self.draft_ctx = draft
-        self.kind = kind
-        self.n_seq = e3_spec_n_seq(s)
-        self.n_draft_max = e3_spec_n_draft_max(s)
-        self.created_serial = target.serial
-        self.processed_serial = target.serial
+        e3_spec_get_info(self.ptr, &self.info)
 
     def __dealloc__(self):
         # runs before the context handles are released: the spec goes first
@@ -904,26 +957,152 @@ cdef class SessionHandle:
             e3_spec_free(self.ptr)
             self.ptr = NULL
 
-    cdef int _check_seq(self, int32_t seq_id) except -1:
-        if seq_id < 0 or seq_id >= self.n_seq:
-            raise BadSeqIdError(seq_id, self.n_seq)
-        return 0
 
-    cdef int _check_draft_views(self) except -1:
+cdef class EngineHandle:
+    """Owns an ``e3_engine``: the draft/verify/accept loop in C, run without the GIL."""
+
+    cdef e3_engine * ptr
+    cdef readonly list outputs       # one int32 array per request; C writes the tokens into them
+
+    def __cinit__(self, ContextHandle target, SessionHandle session):
+        cdef e3_error err
+        self.ptr = e3_engine_create(target.ptr, session.ptr if session is not None else NULL, &err)
+        if self.ptr == NULL:
+            _raise_shim(&err)
+        self.outputs = []
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            e3_engine_free(self.ptr)
+            self.ptr = NULL
+
+
+cdef class _Request:
+    """An ``e3_request`` and the arrays its pointers point into, filled once from validated settings."""
+    cdef e3_request req
+    cdef object keep                 # the Python objects behind the pointers
+    cdef const int32_t ** prompts
+    cdef int32_t * lengths
+    cdef int32_t ** outs
+    cdef const char ** strings
+
+    def __cinit__(self, seq_ids, list prompts, list outputs, s):
+        cdef Py_ssize_t n = len(prompts), i
+        sids = _as_int32_array(seq_ids, "seq_ids")
+        if sids.shape[0] != n or n == 0:
+            raise InvalidArgumentError("one sequence id per prompt, and at least one prompt")
+        arrays = [_as_int32_array(p, "prompt") for p in prompts]
+        stops = _as_int32_array(list(s.stop_tokens), "stop_tokens") if s.stop_tokens else np.zeros(1, np.int32)
+        encoded = [x.encode("utf-8") for x in s.stop_strings]
+        self.keep = (sids, arrays, outputs, stops, encoded)
+        self.prompts = <const int32_t **> malloc(n * sizeof(int32_t *))
+        self.lengths = <int32_t *> malloc(n * sizeof(int32_t))
+        self.outs = <int32_t **> malloc(n * sizeof(int32_t *))
+        self.strings = <const char **> malloc(max(len(encoded), 1) * sizeof(char *))
+        if not (self.prompts and self.lengths and self.outs and self.strings):
+            raise MemoryError()
+        cdef const int32_t[::1] view
+        cdef int32_t[::1] outv
+        for i in range(n):
+            view = arrays[i]
+            outv = outputs[i]
+            self.prompts[i] = &view[0] if view.shape[0] else NULL
+            self.lengths[i] = <int32_t> view.shape[0]
+            self.outs[i] = &outv[0]
+        for i in range(len(encoded)):
+            self.strings[i] = <const char *> (<bytes> encoded[i])
+        cdef const int32_t[::1] sv = sids
+        cdef const int32_t[::1] stv = stops
+        self.req.n_seq = <int32_t> n
+        self.req.seq_ids = &sv[0]
+        self.req.prompts = self.prompts
+        self.req.n_prompt = self.lengths
+        self.req.out = self.outs
+        self.req.max_new = s.max_new_tokens
+        self.req.sampling.temperature = s.temperature
+        self.req.sampling.top_k = s.top_k
+        self.req.sampling.top_p = s.top_p
+        self.req.sampling.min_p = s.min_p
+        self.req.sampling.seed = s.seed
+        self.req.stop_tokens = &stv[0]
+        self.req.n_stop_tokens = <int32_t> len(s.stop_tokens)
+        self.req.stop_strings = self.strings
+        self.req.n_stop_strings = <int32_t> len(encoded)
+        self.req.n_draft = s.n_draft
+
+    def __dealloc__(self):
+        free(self.prompts)
+        free(self.lengths)
+        free(self.outs)
+        free(self.strings)
+
+
+cdef class Pair:
+    """A target context and, for speculation, its draft context and session.
+
+    The one owner of what a caller drives at once: the locks of both contexts
+    (``with pair:``), the session's decode bookkeeping (which target decode it
+    has processed), the draft context's outputs that its calls overwrite, and
+    the engine that runs whole generations on the pair. Without a draft it is
+    plain decoding on the target alone.
+    """
+
+    cdef readonly ContextHandle target_ctx, draft_ctx
+    cdef readonly SessionHandle session
+    cdef EngineHandle engine
+    cdef tuple locks
+    cdef uint64_t created_serial, processed_serial
+    cdef uint64_t engine_serial      # the target's serial after the engine's last call
+    cdef readonly uint64_t n_generations   # generations started so far
+    cdef readonly int32_t n_seq, n_draft_max, n_min
+    cdef readonly bint need_embd, need_embd_pre_norm
+    cdef object __weakref__
+
+    def __cinit__(self, ContextHandle target, ContextHandle draft=None, str kind="", config=(1, 0, 0, 0.0),
+                  tuple locks=()):
+        self.target_ctx = target
+        self.draft_ctx = draft
+        self.locks = locks
+        cdef e3_spec_info info
+        if draft is not None:
+            self.session = SessionHandle(kind, target, draft, *config)
+            info = self.session.info
+            self.n_seq, self.n_draft_max, self.n_min = info.n_seq, info.n_draft_max, info.n_min
+            self.need_embd, self.need_embd_pre_norm = info.need_embd, info.need_embd_pre_norm
+        else:
+            self.n_seq = <int32_t> target.n_seq_max
+        self.created_serial = self.processed_serial = target.serial
+
+    def __enter__(self):
+        for lock in self.locks:
+            lock.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        for lock in reversed(self.locks):
+            lock.release()
+
+    # -- the step-by-step loop ----------------------------------------------
+
+    cdef int _spec_done(self, int rc, const e3_error * err) except -1:
+        # every session call may decode on the draft context: its logits are gone
+        self.draft_ctx.outputs_lost(False)
+        return _check(rc, err)
+
+    cdef int _ready_for_draft_side(self) except -1:
         if self.draft_ctx.n_views > 0:
             raise SessionStateError(
                 "logits views of the draft context are alive; the session would overwrite them. Delete them first")
         return 0
 
     def begin(self, int32_t seq_id, prompt):
-        self._check_seq(seq_id)
         arr = _as_int32_array(prompt, "prompt")
         cdef const int32_t[::1] view = arr
-        cdef char err[ERR_LEN]
-        cdef int rc = e3_spec_begin(self.ptr, seq_id, &view[0] if view.shape[0] else NULL,
-                                    <int32_t> view.shape[0], err, ERR_LEN)
-        if rc != E3_OK:
-            _raise_status(rc, err, seq_id, self.n_seq)
+        cdef e3_error err
+        _log_reset()
+        cdef int rc = e3_spec_begin(self.session.ptr, seq_id, &view[0] if view.shape[0] else NULL,
+                                    <int32_t> view.shape[0], &err)
+        self._spec_done(rc, &err)
 
     def process(self, Batch batch):
         tgt = self.target_ctx
@@ -936,7 +1115,7 @@ cdef class SessionHandle:
                 "or was changed after decoding)")
         if self.processed_serial == tgt.serial:
             raise SessionStateError("this decode was already processed; decode the next batch first")
-        self._check_draft_views()
+        self._ready_for_draft_side()
         cdef int32_t n = batch.n
         # private copies: the shim reads them without the GIL
         tokens = batch._tokens_np[:n].copy()
@@ -945,32 +1124,37 @@ cdef class SessionHandle:
         cdef const int32_t[::1] t = tokens
         cdef const int32_t[::1] p = pos
         cdef const int32_t[::1] s = seq
-        cdef char err[ERR_LEN]
-        err[0] = 0
+        cdef e3_error err
         cdef int rc
+        _log_reset()
         with nogil:
-            rc = e3_spec_process(self.ptr, n, &t[0], &p[0], &s[0], err, ERR_LEN)
-        self.draft_ctx.forget_outputs()
-        if rc != E3_OK:
-            bad = -1
-            if rc == E3_ERR_SEQ:
-                bad = int(seq[(seq < 0) | (seq >= self.n_seq)][0])
-            _raise_status(rc, err, bad, self.n_seq)
+            rc = e3_spec_process(self.session.ptr, n, &t[0], &p[0], &s[0], &err)
+        self._spec_done(rc, &err)
         self.processed_serial = tgt.serial
 
-    cdef int _check_n_past(self, int32_t seq_id, int32_t n_past) except -1:
-        cdef int32_t expect = llama_memory_seq_pos_max(llama_get_memory(self.target_ctx.ptr), seq_id) + 1
-        if n_past != expect:
-            raise InvalidArgumentError(
-                f"n_past = {n_past}, but the target holds {expect} tokens of sequence {seq_id}; n_past must be "
-                f"the number of tokens in the target's KV cache for that sequence")
-        return 0
+    cdef object _draft(self, sid, npast, last, caps, int32_t[::1] out, int32_t stride):
+        """One e3_spec_draft call for k requests; returns their lengths."""
+        cdef Py_ssize_t k = sid.shape[0]
+        self._ready_for_draft_side()
+        lengths = np.zeros(k, dtype=np.int32)
+        if k == 0:
+            return lengths
+        cdef const int32_t[::1] a = sid
+        cdef const int32_t[::1] b = npast
+        cdef const int32_t[::1] c = last
+        cdef const int32_t[::1] d = caps
+        cdef int32_t[::1] L = lengths
+        cdef int32_t nk = <int32_t> k
+        cdef e3_error err
+        cdef int rc
+        _log_reset()
+        with nogil:
+            rc = e3_spec_draft(self.session.ptr, nk, &a[0], &b[0], &c[0], &d[0], &out[0], stride, &L[0], &err)
+        self._spec_done(rc, &err)
+        return lengths
 
     def draft(self, int32_t seq_id, int32_t n_past, int32_t id_last, out=None):
         """Draft for one sequence into ``out`` (or a new array); returns the filled view."""
-        self._check_seq(seq_id)
-        self._check_n_past(seq_id, n_past)
-        self._check_draft_views()
         if out is None:
             out = np.empty(self.n_draft_max, dtype=np.int32)
         elif not (isinstance(out, np.ndarray) and out.dtype == np.int32 and out.ndim == 1
@@ -978,19 +1162,9 @@ cdef class SessionHandle:
             raise ArgumentTypeError("out must be a writeable, contiguous, one-dimensional int32 NumPy array")
         if out.shape[0] < self.n_draft_max:
             raise InvalidArgumentError(f"out has {out.shape[0]} elements; drafts can have up to {self.n_draft_max}")
-        cdef int32_t[::1] o = out
-        cdef int32_t n_out = 0
-        cdef int32_t n_max = 0
-        cdef char err[ERR_LEN]
-        err[0] = 0
-        cdef int rc
-        with nogil:
-            rc = e3_spec_draft(self.ptr, 1, &seq_id, &n_past, &id_last, &n_max, &o[0], <int32_t> o.shape[0],
-                               &n_out, err, ERR_LEN)
-        self.draft_ctx.forget_outputs()
-        if rc != E3_OK:
-            _raise_status(rc, err, seq_id, self.n_seq)
-        return out[:n_out]
+        one = np.array([seq_id, n_past, id_last, 0], dtype=np.int32)
+        lengths = self._draft(one[0:1], one[1:2], one[2:3], one[3:4], out, <int32_t> out.shape[0])
+        return out[:lengths[0]]
 
     def draft_many(self, seq_ids, n_past, id_last, n_max=None):
         """Draft for several sequences in one call: ``(tokens[k, n_draft_max], lengths[k])``."""
@@ -1003,256 +1177,103 @@ cdef class SessionHandle:
         caps = np.zeros(k, np.int32) if n_max is None else _as_int32_array(n_max, "n_max")
         if caps.shape[0] != k:
             raise InvalidArgumentError("n_max must have one entry per sequence")
-        for j in range(k):
-            self._check_seq(sid[j])
-            self._check_n_past(sid[j], npast[j])
-        self._check_draft_views()
         out = np.zeros((k, self.n_draft_max), dtype=np.int32)
-        lengths = np.zeros(k, dtype=np.int32)
-        if k == 0:
-            return out, lengths
-        cdef const int32_t[::1] a = sid
-        cdef const int32_t[::1] b = npast
-        cdef const int32_t[::1] c = last
-        cdef const int32_t[::1] d = caps
-        cdef int32_t[:, ::1] o = out
-        cdef int32_t[::1] L = lengths
-        cdef char err[ERR_LEN]
-        err[0] = 0
-        cdef int rc
-        cdef int32_t nk = <int32_t> k
-        with nogil:
-            rc = e3_spec_draft(self.ptr, nk, &a[0], &b[0], &c[0], &d[0], &o[0, 0], self.n_draft_max,
-                               &L[0], err, ERR_LEN)
-        self.draft_ctx.forget_outputs()
-        if rc != E3_OK:
-            _raise_status(rc, err, -1, self.n_seq)
+        lengths = self._draft(sid, npast, last, caps, out.reshape(-1) if k else np.zeros(1, np.int32),
+                              self.n_draft_max)
         return out, lengths
 
-    def time_bare_draft(self, int32_t seq_id, int32_t n_past, int32_t id_last, int n_calls):
-        """Seconds for ``n_calls`` back-to-back drafts made by C alone (the benchmark of draft()'s
-        own overhead). Repeated drafts from one state are identical, so the session is unchanged."""
-        self._check_seq(seq_id)
-        self._check_n_past(seq_id, n_past)
-        out = np.empty(self.n_draft_max, dtype=np.int32)
-        cdef int32_t[::1] o = out
-        cdef int32_t n_out = 0, n_max = 0
-        cdef char err[ERR_LEN]
-        cdef int i, rc = E3_OK
-        cdef double t0, t1
-        import time
-        t0 = time.perf_counter()
-        with nogil:
-            for i in range(n_calls):
-                rc = e3_spec_draft(self.ptr, 1, &seq_id, &n_past, &id_last, &n_max, &o[0], <int32_t> o.shape[0],
-                                   &n_out, err, ERR_LEN)
-                if rc != E3_OK:
-                    break
-        t1 = time.perf_counter()
-        self.draft_ctx.forget_outputs()
-        if rc != E3_OK:
-            _raise_status(rc, err, seq_id, self.n_seq)
-        return t1 - t0
-
     def accept(self, int32_t seq_id, int32_t n_accepted):
-        self._check_seq(seq_id)
-        cdef char err[ERR_LEN]
-        err[0] = 0
-        cdef int rc = e3_spec_accept(self.ptr, seq_id, n_accepted, err, ERR_LEN)
-        if rc != E3_OK:
-            _raise_status(rc, err, seq_id, self.n_seq)
-
-    def pending(self, int32_t seq_id):
-        self._check_seq(seq_id)
-        return e3_spec_pending(self.ptr, seq_id)
+        cdef e3_error err
+        _log_reset()
+        cdef int rc = e3_spec_accept(self.session.ptr, seq_id, n_accepted, &err)
+        self._spec_done(rc, &err)
 
     def counters(self, int32_t seq_id=-1):
-        if seq_id >= 0:
-            self._check_seq(seq_id)
-        cdef e3_spec_counters c
-        e3_spec_counters_get(self.ptr, seq_id, &c)
-        per_pos = np.zeros(self.n_draft_max, dtype=np.int64)
-        cdef int64_t[::1] pp = per_pos
-        e3_spec_accept_per_pos(self.ptr, seq_id, &pp[0], self.n_draft_max)
-        return {
-            "n_draft_calls": c.n_draft_calls,
-            "n_drafted": c.n_drafted,
-            "n_accept_calls": c.n_accept_calls,
-            "n_accepted": c.n_accepted,
-            "n_process_calls": c.n_process_calls,
-            "t_draft_s": c.t_draft_us * 1e-6,
-            "t_process_s": c.t_process_us * 1e-6,
-            "t_accept_s": c.t_accept_us * 1e-6,
-            "accepted_per_position": per_pos,
-        }
+        """The session's counters of one sequence (or all, -1) as a dict of e3_counters' fields."""
+        cdef e3_counters c
+        cdef _Histograms h = _Histograms(self.n_draft_max)
+        cdef e3_error err
+        _check(e3_spec_counters(self.session.ptr, seq_id, &c, &h.view, &err), &err)
+        return _counters_dict(&c, h, self.n_draft_max)
 
     def reset_counters(self):
-        e3_spec_reset_counters(self.ptr)
+        e3_spec_reset_counters(self.session.ptr)
 
-    def print_stats(self):
-        e3_spec_print_stats(self.ptr)
+    def print_upstream_stats(self):
+        e3_spec_print_upstream_stats(self.session.ptr)
 
+    # -- whole generations ---------------------------------------------------
 
-# ---------------------------------------------------------------------------
-# Generation engine
-# ---------------------------------------------------------------------------
+    cdef int _engine_done(self, int rc, const e3_error * err) except -1:
+        # the engine decoded on both contexts: no batch of the caller's can claim
+        # the target's outputs, and the session is in step with the target
+        self.target_ctx.outputs_lost(True)
+        if self.draft_ctx is not None:
+            self.draft_ctx.outputs_lost(False)
+        self.engine_serial = self.processed_serial = self.target_ctx.serial
+        return _check(rc, err)
 
-FINISH_REASONS = {E3_RUNNING: None, E3_FINISH_LENGTH: "length", E3_FINISH_STOP: "stop",
-                  E3_FINISH_CONTEXT: "context"}
-
-
-cdef class _PointerTable:
-    """C arrays of pointers for one engine call, freed with the object."""
-    cdef const int32_t ** prompts
-    cdef int32_t * lengths
-    cdef int32_t ** outs
-    cdef const char ** strings
-
-    def __cinit__(self, Py_ssize_t n, Py_ssize_t n_strings):
-        self.prompts = <const int32_t **> malloc(max(n, 1) * sizeof(int32_t *))
-        self.lengths = <int32_t *> malloc(max(n, 1) * sizeof(int32_t))
-        self.outs = <int32_t **> malloc(max(n, 1) * sizeof(int32_t *))
-        self.strings = <const char **> malloc(max(n_strings, 1) * sizeof(char *))
-        if not (self.prompts and self.lengths and self.outs and self.strings):
-            raise MemoryError()
-
-    def __dealloc__(self):
-        free(self.prompts)
-        free(self.lengths)
-        free(self.outs)
-        free(self.strings)
-
-
-cdef class EngineHandle:
-    """Owns an ``e3_engine``: the draft/verify/accept loop in C, run without the GIL."""
-
-    cdef e3_engine * ptr
-    cdef readonly ContextHandle target_ctx
-    cdef readonly SessionHandle session
-    cdef readonly list outputs       # one int32 array per request; C writes the tokens into them
-    cdef readonly int32_t n_draft_max
-
-    def __cinit__(self, ContextHandle target, SessionHandle session=None):
-        cdef char err[ERR_LEN]
-        err[0] = 0
-        cdef e3_spec * spec = session.ptr if session is not None else NULL
-        self.ptr = e3_engine_create(target.ptr, spec, err, ERR_LEN)
-        if self.ptr == NULL:
-            raise Eagle3Error(_err_text(err))
-        self.target_ctx = target
-        self.session = session
-        self.n_draft_max = session.n_draft_max if session is not None else 0
-        self.outputs = []
-
-    def __dealloc__(self):
-        if self.ptr != NULL:
-            e3_engine_free(self.ptr)
-            self.ptr = NULL
-
-    cdef int _check_views(self) except -1:
-        for ctx in (self.target_ctx, self.session.draft_ctx if self.session is not None else None):
+    cdef int _ready_for_engine(self) except -1:
+        for ctx in (self.target_ctx, self.draft_ctx):
             if ctx is not None and (<ContextHandle> ctx).n_views > 0:
                 raise SessionStateError("logits views of these contexts are alive; generation would overwrite "
                                         "them. Delete them (or copy them) first")
         return 0
 
-    def _after(self):
-        self.target_ctx.used_elsewhere()
-        if self.session is not None:
-            self.session.draft_ctx.forget_outputs()
-            self.session.processed_serial = self.target_ctx.serial
-
-    def start(self, seq_ids, list prompts, int32_t max_new, float temperature, int32_t top_k, float top_p,
-              float min_p, uint64_t seed, stop_tokens, list stop_strings, int32_t n_draft, bint adaptive):
-        self._check_views()
-        cdef Py_ssize_t n = len(prompts)
-        sids = _as_int32_array(seq_ids, "seq_ids")
-        if sids.shape[0] != n or n == 0:
-            raise InvalidArgumentError("one sequence id per prompt, and at least one prompt")
-        arrays = [_as_int32_array(p, "prompt") for p in prompts]
-        self.outputs = [np.zeros(max(max_new, 1), dtype=np.int32) for _ in range(n)]
-        stops = _as_int32_array(stop_tokens, "stop_tokens") if len(stop_tokens) else np.zeros(1, np.int32)
-        cdef int32_t n_stops = <int32_t> len(stop_tokens)
-        encoded = [str(x).encode("utf-8") for x in stop_strings]
-        cdef _PointerTable vector_ptrs = _PointerTable(n, len(encoded))
-        cdef Py_ssize_t i
-        cdef const int32_t[::1] view
-        cdef int32_t[::1] outv
-        for i in range(n):
-            view = arrays[i]
-            outv = self.outputs[i]
-            vector_ptrs.prompts[i] = &view[0] if view.shape[0] else NULL
-            vector_ptrs.lengths[i] = <int32_t> view.shape[0]
-            vector_ptrs.outs[i] = &outv[0]
-        for i in range(len(encoded)):
-            vector_ptrs.strings[i] = <const char *> (<bytes> encoded[i])
-        cdef const int32_t[::1] sv = sids
-        cdef const int32_t[::1] stv = stops
-        cdef e3_sampling smp
-        smp.temperature = temperature
-        smp.top_k = top_k
-        smp.top_p = top_p
-        smp.min_p = min_p
-        smp.seed = seed
-        cdef char err[ERR_LEN]
-        err[0] = 0
+    def start(self, seq_ids, list prompts, settings):
+        """Start a generation of one prompt per sequence; returns its number (for :meth:`step`)."""
+        self._ready_for_engine()
+        if self.engine is None:
+            self.engine = EngineHandle(self.target_ctx, self.session)
+        outputs = [np.zeros(max(settings.max_new_tokens, 1), dtype=np.int32) for _ in prompts]
+        cdef _Request request = _Request(seq_ids, prompts, outputs, settings)
+        self.engine.outputs = outputs
+        self.n_generations += 1
+        cdef e3_error err
         cdef int rc
-        cdef int32_t n_req = <int32_t> n
-        cdef int32_t n_strings = <int32_t> len(encoded)
+        _log_reset()
         with nogil:
-            rc = e3_engine_start(self.ptr, n_req, &sv[0], vector_ptrs.prompts, vector_ptrs.lengths, max_new,
-                                 vector_ptrs.outs, &smp, &stv[0], n_stops, vector_ptrs.strings, n_strings, n_draft,
-                                 adaptive, err, ERR_LEN)
-        self._after()
-        if rc != E3_OK:
-            _raise_status(rc, err, -1, n_req)
+            rc = e3_engine_start(self.engine.ptr, &request.req, &err)
+        self._engine_done(rc, &err)
+        return self.n_generations
 
-    def step(self):
-        """One round; returns the sequences still generating."""
-        self._check_views()
-        cdef char err[ERR_LEN]
-        err[0] = 0
+    def check_current(self, uint64_t generation):
+        """Raise SessionStateError unless ``generation`` is the last one started and
+        nothing has used the contexts since its last round."""
+        if generation != self.n_generations or self.target_ctx.serial != self.engine_serial:
+            raise SessionStateError("the contexts were used by another call while streaming this generation")
+
+    def step(self, uint64_t generation):
+        """One round of generation ``generation``; returns the sequences still generating."""
+        self.check_current(generation)
+        self._ready_for_engine()
+        cdef e3_error err
         cdef int rc
+        _log_reset()
         with nogil:
-            rc = e3_engine_step(self.ptr, err, ERR_LEN)
-        self._after()
-        if rc < 0:
-            _raise_status(rc, err, -1, 0)
-        return rc
+            rc = e3_engine_step(self.engine.ptr, &err)
+        return self._engine_done(rc, &err)
 
     def run(self):
-        self._check_views()
-        cdef char err[ERR_LEN]
-        err[0] = 0
+        """The current generation's rounds until every sequence is done."""
+        self._ready_for_engine()
+        cdef e3_error err
         cdef int rc
+        _log_reset()
         with nogil:
-            rc = e3_engine_run(self.ptr, err, ERR_LEN)
-        self._after()
-        if rc < 0:
-            _raise_status(rc, err, -1, 0)
+            rc = e3_engine_run(self.engine.ptr, &err)
+        self._engine_done(rc, &err)
 
-    def n_tokens(self, int32_t i):
-        return e3_engine_n_tokens(self.ptr, i)
+    def tokens(self, int32_t i):
+        """The tokens request ``i`` has generated so far (a view of its output array)."""
+        return self.engine.outputs[i][:e3_engine_n_tokens(self.engine.ptr, i)]
 
     def finish_reason(self, int32_t i):
-        return FINISH_REASONS.get(e3_engine_finish(self.ptr, i))
+        return FINISH_REASONS.get(e3_engine_finish(self.engine.ptr, i))
 
-    def stats(self):
-        cdef e3_gen_stats st
-        e3_engine_stats(self.ptr, &st)
-        per_pos = np.zeros(max(self.n_draft_max, 0), dtype=np.int64)
-        cdef int64_t[::1] pp = per_pos
-        if self.n_draft_max > 0:
-            e3_engine_accept_per_pos(self.ptr, &pp[0], self.n_draft_max)
-        lengths = np.zeros(max(self.n_draft_max, 0) + 1, dtype=np.int64)
-        cdef int64_t[::1] lv = lengths
-        e3_engine_draft_lengths(self.ptr, &lv[0], len(lengths))
-        return {
-            "n_prompt": st.n_prompt, "n_generated": st.n_generated, "n_rounds": st.n_rounds,
-            "n_seq_rounds": st.n_seq_rounds, "n_draft_calls": st.n_draft_calls, "n_drafted": st.n_drafted,
-            "n_accepted": st.n_accepted, "n_plain_rounds": st.n_plain_rounds, "accepted_per_position": per_pos,
-            "draft_lengths": lengths,
-            "t_prefill_s": st.t_prefill_s,
-            "t_draft_s": st.t_draft_s, "t_verify_s": st.t_verify_s, "t_process_s": st.t_process_s,
-            "t_sample_s": st.t_sample_s, "t_total_s": st.t_total_s,
-        }
+    def generation_counters(self, int32_t i=-1):
+        """Counters of request ``i`` of the current generation (all of it: -1), as :meth:`counters`."""
+        cdef e3_counters c
+        cdef _Histograms h = _Histograms(self.n_draft_max)
+        e3_engine_counters(self.engine.ptr, i, &c, &h.view)
+        return _counters_dict(&c, h, self.n_draft_max)

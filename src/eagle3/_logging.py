@@ -52,6 +52,6 @@ def take_errors() -> str:
 
 
 def install() -> None:
-    _core.set_log_sink(_sink, _COMMON_VERBOSITY)
+    _core.set_log_sink(_sink, _COMMON_VERBOSITY, take_errors)
     # no Python callbacks while the interpreter shuts down
     atexit.register(_core.set_log_sink, None, -1)

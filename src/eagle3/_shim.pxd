@@ -1,11 +1,12 @@
-# Declarations from shim/eagle3_shim.h, the C ABI over common/speculative.h.
+# Declarations from shim/eagle3_shim.h and shim/eagle3_engine.h: the C ABI
+# over common/speculative.h and the generation loop.
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 from eagle3._llama cimport llama_context
 
 
 cdef extern from "eagle3_shim.h" nogil:
-    enum:  # enum e3_spec_type (its name is also a function's)
+    enum:
         E3_SPEC_EAGLE3
         E3_SPEC_MTP
 
@@ -17,46 +18,75 @@ cdef extern from "eagle3_shim.h" nogil:
         E3_ERR_ARG
         E3_ERR_STATE
         E3_ERR_EXCEPTION
+        E3_ERR_DECODE
+        E3_ERR_CONFIG
+
+    ctypedef struct e3_error:
+        int status
+        int32_t seq_id
+        int32_t n_seq
+        char message[1024]
+
+    int32_t e3_max_seq()
+    int32_t e3_max_layers()
 
     ctypedef struct e3_spec_config:
         uint32_t n_seq
         int32_t n_draft_max
         int32_t n_min
         float p_min
-        int32_t type
+        int32_t kind
 
-    ctypedef struct e3_spec_counters:
-        uint64_t n_draft_calls
-        uint64_t n_drafted
-        uint64_t n_accept_calls
-        uint64_t n_accepted
-        uint64_t n_process_calls
-        double t_process_us
-        double t_draft_us
-        double t_accept_us
+    int e3_spec_check_config(const e3_spec_config * cfg, e3_error * err)
+
+    ctypedef struct e3_counters:
+        int64_t n_prompt
+        int64_t n_generated
+        int64_t n_rounds
+        int64_t n_seq_rounds
+        int64_t n_plain_rounds
+        int64_t n_draft_calls
+        int64_t n_drafted
+        int64_t n_accepted
+        int64_t n_process_calls
+        double t_prefill_s
+        double t_draft_s
+        double t_verify_s
+        double t_process_s
+        double t_accept_s
+        double t_sample_s
+        double t_total_s
+
+    ctypedef struct e3_histograms:
+        int64_t * accepted_per_pos
+        int64_t * draft_lengths
+        int32_t n_hist
 
     ctypedef struct e3_spec
 
+    ctypedef struct e3_spec_info:
+        int32_t kind
+        int32_t n_seq
+        int32_t n_draft_max
+        int32_t n_min
+        int32_t need_embd
+        int32_t need_embd_pre_norm
+
     e3_spec * e3_spec_create(llama_context * ctx_tgt, llama_context * ctx_dft, const e3_spec_config * cfg,
-                             char * err, size_t n_err)
+                             e3_error * err)
     void e3_spec_free(e3_spec * spec)
-    int32_t e3_spec_n_seq(const e3_spec * spec)
-    int32_t e3_spec_n_draft_max(const e3_spec * spec)
-    int32_t e3_spec_type(const e3_spec * spec)
-    int e3_spec_begin(e3_spec * spec, int32_t seq_id, const int32_t * prompt, int32_t n_prompt,
-                      char * err, size_t n_err)
+    void e3_spec_get_info(const e3_spec * spec, e3_spec_info * out)
+    int e3_spec_begin(e3_spec * spec, int32_t seq_id, const int32_t * prompt, int32_t n_prompt, e3_error * err)
     int e3_spec_process(e3_spec * spec, int32_t n_tokens, const int32_t * tokens, const int32_t * pos,
-                        const int32_t * seq_ids, char * err, size_t n_err)
+                        const int32_t * seq_ids, e3_error * err)
     int e3_spec_draft(e3_spec * spec, int32_t n_req, const int32_t * seq_ids, const int32_t * n_past,
                       const int32_t * id_last, const int32_t * n_max, int32_t * out, int32_t out_stride,
-                      int32_t * out_len, char * err, size_t n_err)
-    int e3_spec_accept(e3_spec * spec, int32_t seq_id, int32_t n_accepted, char * err, size_t n_err)
-    int e3_spec_reset_seq(e3_spec * spec, int32_t seq_id)
-    int32_t e3_spec_pending(const e3_spec * spec, int32_t seq_id)
-    int e3_spec_counters_get(const e3_spec * spec, int32_t seq_id, e3_spec_counters * out)
-    int e3_spec_accept_per_pos(const e3_spec * spec, int32_t seq_id, int64_t * out, int32_t n)
+                      int32_t * out_len, e3_error * err)
+    int e3_spec_accept(e3_spec * spec, int32_t seq_id, int32_t n_accepted, e3_error * err)
+    int e3_spec_counters(const e3_spec * spec, int32_t seq_id, e3_counters * out, const e3_histograms * hist,
+                         e3_error * err)
     void e3_spec_reset_counters(e3_spec * spec)
-    void e3_spec_print_stats(const e3_spec * spec)
+    void e3_spec_print_upstream_stats(const e3_spec * spec)
 
     int e3_eagle3_target_support(const char * arch)
 
@@ -78,35 +108,29 @@ cdef extern from "eagle3_engine.h" nogil:
         E3_FINISH_LENGTH
         E3_FINISH_STOP
         E3_FINISH_CONTEXT
+        E3_DRAFT_AUTO
 
-    ctypedef struct e3_gen_stats:
-        int64_t n_prompt
-        int64_t n_generated
-        int64_t n_rounds
-        int64_t n_seq_rounds
-        int64_t n_draft_calls
-        int64_t n_drafted
-        int64_t n_accepted
-        int64_t n_plain_rounds
-        double t_prefill_s
-        double t_draft_s
-        double t_verify_s
-        double t_process_s
-        double t_sample_s
-        double t_total_s
+    ctypedef struct e3_request:
+        int32_t n_seq
+        const int32_t * seq_ids
+        const int32_t * const * prompts
+        const int32_t * n_prompt
+        int32_t * const * out
+        int32_t max_new
+        e3_sampling sampling
+        const int32_t * stop_tokens
+        int32_t n_stop_tokens
+        const char * const * stop_strings
+        int32_t n_stop_strings
+        int32_t n_draft
 
     ctypedef struct e3_engine
 
-    e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, char * err, size_t n_err)
+    e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, e3_error * err)
     void e3_engine_free(e3_engine * engine)
-    int e3_engine_start(e3_engine * engine, int32_t n_req, const int32_t * seq_ids, const int32_t * const * prompts,
-                        const int32_t * n_prompt, int32_t max_new, int32_t * const * out, const e3_sampling * sampling,
-                        const int32_t * stop_tokens, int32_t n_stop_tokens, const char * const * stop_strings,
-                        int32_t n_stop_strings, int32_t n_draft, int32_t adaptive, char * err, size_t n_err)
-    int e3_engine_step(e3_engine * engine, char * err, size_t n_err)
-    int e3_engine_run(e3_engine * engine, char * err, size_t n_err)
+    int e3_engine_start(e3_engine * engine, const e3_request * request, e3_error * err)
+    int e3_engine_step(e3_engine * engine, e3_error * err)
+    int e3_engine_run(e3_engine * engine, e3_error * err)
     int32_t e3_engine_n_tokens(const e3_engine * engine, int32_t i)
     int32_t e3_engine_finish(const e3_engine * engine, int32_t i)
-    void e3_engine_stats(const e3_engine * engine, e3_gen_stats * out)
-    void e3_engine_accept_per_pos(const e3_engine * engine, int64_t * out, int32_t n)
-    void e3_engine_draft_lengths(const e3_engine * engine, int64_t * out, int32_t n)
+    void e3_engine_counters(const e3_engine * engine, int32_t i, e3_counters * out, const e3_histograms * hist)

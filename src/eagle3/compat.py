@@ -1,4 +1,8 @@
-"""Is an EAGLE-3 draft compatible with a target? Checked from the GGUF headers.
+"""What the GGUF headers say: can llama.cpp load a file, does a draft fit its target?
+
+Every fact about the model files is checked here, from their headers, before
+llama.cpp sees them. :func:`load_problems` lists what would make llama.cpp's
+loader abort (``Model`` refuses such a file).
 
 :func:`check_pair` reads both files' metadata and tensor table through
 ggml's gguf C API (no weights are loaded; only a ``d2t`` map is read) and
@@ -11,19 +15,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 import numpy as np
 
 from eagle3 import _core
 from eagle3.errors import IncompatiblePairError
-from eagle3.model import Model
+
+if TYPE_CHECKING:
+    from eagle3.model import Model
 
 __all__ = ["Problem", "PairReport", "check_pair"]
 
-_MAX_LAYERS = 512  # LLAMA_MAX_LAYERS
-
-PathOrModel = Union[str, "os.PathLike[str]", Model]
+PathOrModel = Union[str, "os.PathLike[str]", "Model"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +94,8 @@ class _Header:
 
 
 def _header(x: PathOrModel) -> _Header:
+    from eagle3.model import Model  # (model.py checks its headers with this module)
+
     if isinstance(x, Model):
         return _Header(x.path, x._metadata, x._metadata_types, x._tensors)
     path = os.fspath(x)
@@ -109,127 +115,197 @@ def _read_tensor(h: _Header, name: str, dtype) -> np.ndarray:
     return np.fromfile(h.path, dtype=dtype, count=count, offset=info.offset)
 
 
+# ---------------------------------------------------------------------------
+# Can llama.cpp load the file at all (without aborting)?
+# ---------------------------------------------------------------------------
+
+def _block_count(h: _Header) -> Iterator[str]:
+    blocks = h.key("block_count")
+    if h.arch and h.types.get(f"{h.arch}.block_count") == "uint32" and not 0 < blocks <= _core.MAX_LAYERS:
+        yield f"{h.arch}.block_count = {blocks} is outside 1..{_core.MAX_LAYERS}"
+    nextn = h.key("nextn_predict_layers")
+    if isinstance(nextn, int) and isinstance(blocks, int) and nextn > blocks:
+        yield f"nextn_predict_layers ({nextn}) exceeds block_count ({blocks})"
+
+
+def _norm_epsilons(h: _Header) -> Iterator[str]:
+    # a negative or NaN norm epsilon trips an assert inside ggml's kernels
+    for key, value in h.meta.items():
+        if key.endswith("_epsilon") and isinstance(value, float) and not value >= 0.0:
+            yield f"{key} = {value} must be a number >= 0"
+
+
+def _unique_tokens(h: _Header) -> Iterator[str]:
+    tokens = h.meta.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, tuple) and len(set(tokens)) != len(tokens):
+        yield "the vocabulary (tokenizer.ggml.tokens) has duplicate tokens"
+
+
+_LOAD_RULES = (_block_count, _norm_epsilons, _unique_tokens)
+
+
+def load_problems(path: str, metadata: dict[str, Any], types: dict[str, str]) -> list[str]:
+    """What in a GGUF header would make llama.cpp's loader abort instead of failing."""
+    h = _Header(path, metadata, types, {})
+    return [message for rule in _LOAD_RULES for message in rule(h)]
+
+
+# ---------------------------------------------------------------------------
+# Does the draft fit the target? One rule per concern.
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Pair:
+    t: _Header
+    d: _Header
+
+    def __post_init__(self) -> None:
+        t, d = self.t, self.d
+        self.t_layers = _int(t.key("block_count"))
+        self.t_nextn = _int(t.key("nextn_predict_layers")) or 0
+        self.t_n_layer = self.t_layers - self.t_nextn if self.t_layers is not None else None
+        self.t_embd = _int(t.key("embedding_length"))
+        self.t_vocab = t.n_vocab()
+        self.d_embd = _int(d.key("embedding_length"))
+        self.d_vocab = d.n_vocab()
+        self.layers = d.key("target_layers")
+        self.hidden = _int(d.key("target_hidden_size"))
+        self.support = _core.eagle3_target_support(t.arch)
+        self.output = d.tensors.get("output.weight")
+
+    def facts(self) -> dict[str, Any]:
+        d = self.d
+        return {
+            "target architecture": self.t.arch or "?",
+            "target layers": self.t_n_layer,
+            "target hidden size": self.t_embd,
+            "target vocabulary": self.t_vocab,
+            "draft architecture": d.arch or "?",
+            "draft target_layers": ([int(x) for x in self.layers] if isinstance(self.layers, np.ndarray)
+                                    else self.layers),
+            "draft target_hidden_size": self.hidden,
+            "draft hidden size": self.d_embd,
+            "draft vocabulary": self.d_vocab,
+            "draft d2t": d.tensors["d2t"].shape[0] if "d2t" in d.tensors else None,
+        }
+
+
+Rule = Callable[[_Pair], Iterator[Problem]]
+
+
+def _target(p: _Pair) -> Iterator[Problem]:
+    if p.support == 0:
+        yield Problem("target-architecture",
+                      f"target architecture '{p.t.arch}' cannot be an EAGLE-3 target: its graph does not expose "
+                      "the per-layer hidden states EAGLE-3 drafts from, or it has recurrent state that cannot roll "
+                      "back")
+    if p.t_layers is None or not 0 < p.t_layers <= _core.MAX_LAYERS or not 0 <= p.t_nextn < p.t_layers:
+        yield Problem("target-block-count", f"target block_count {p.t_layers} (nextn {p.t_nextn}) is invalid")
+    if p.t_embd is None or p.t_embd <= 0:
+        yield Problem("target-hidden-size", f"target embedding_length {p.t_embd} is invalid")
+
+
+def _draft_shape(p: _Pair) -> Iterator[Problem]:
+    d = p.d
+    if _int(d.key("block_count")) != 1:
+        yield Problem("draft-block-count", f"an EAGLE-3 draft has exactly 1 block, this one has "
+                                           f"{d.key('block_count')}")
+    if _int(d.key("nextn_predict_layers")):
+        yield Problem("draft-nextn", "an EAGLE-3 draft has no NextN layers (eagle3.nextn_predict_layers must be 0)")
+    k_len, v_len = _int(d.key("attention.key_length")), _int(d.key("attention.value_length"))
+    if k_len is not None and v_len is not None and k_len != v_len:
+        yield Problem("draft-head-dims", f"attention key_length {k_len} != value_length {v_len}")
+    if _int(d.key("attention.head_count")) in (None, 0):
+        yield Problem("draft-heads", "the draft has no attention.head_count")
+
+
+def _target_layers(p: _Pair) -> Iterator[Problem]:
+    ltype = p.d.types.get("eagle3.target_layers")
+    if ltype not in ("array[int32]", "array[uint32]"):
+        yield Problem("target-layers-missing",
+                      "eagle3.target_layers (3 int32 layer ids) is missing or has the wrong type"
+                      if ltype is None else f"eagle3.target_layers has type {ltype}, expected array[int32]")
+    elif len(p.layers) != 3:
+        yield Problem("target-layers-count", f"eagle3.target_layers has {len(p.layers)} entries, EAGLE-3 needs 3")
+    elif p.t_n_layer is not None:
+        top = p.t_n_layer if p.support == 2 else p.t_n_layer - 1
+        bad = [int(x) for x in p.layers if not 0 <= int(x) <= top]
+        if bad:
+            yield Problem("target-layers-range",
+                          f"the draft reads target layers {bad}, but the target ('{p.t.arch}', {p.t_n_layer} layers) "
+                          f"has layers 0..{top}: the draft was trained for a different target")
+
+
+def _hidden_size(p: _Pair) -> Iterator[Problem]:
+    if p.hidden is None:
+        yield Problem("target-hidden-size-missing", "eagle3.target_hidden_size (u32) is missing")
+    elif p.t_embd is not None and p.hidden != p.t_embd:
+        yield Problem("hidden-size-mismatch",
+                      f"the draft expects target hidden size {p.hidden}, the target has {p.t_embd}: the draft was "
+                      "trained for a different target")
+    fc = p.d.tensors.get("fc.weight")
+    if fc is None:
+        yield Problem("draft-fc", "the draft has no fc.weight")
+    elif p.hidden is not None and p.d_embd is not None and fc.shape[:2] != (3 * p.hidden, p.d_embd):
+        yield Problem("draft-fc", f"fc.weight has shape {fc.shape}, expected ({3 * p.hidden}, {p.d_embd})")
+
+
+def _vocabulary(p: _Pair) -> Iterator[Problem]:
+    if p.t_vocab is None or p.d_vocab is None:
+        yield Problem("vocab-missing", "both models need tokenizer.ggml.tokens")
+    elif p.t_vocab != p.d_vocab:
+        yield Problem("vocab-mismatch",
+                      f"vocabulary sizes differ: target {p.t_vocab}, draft {p.d_vocab}; the draft must carry the "
+                      "target's tokenizer")
+
+
+def _borrowed(p: _Pair) -> Iterator[Problem]:
+    own_embd = "token_embd.weight" in p.d.tensors
+    if p.d_embd is not None and p.t_embd is not None and p.d_embd != p.t_embd and not (own_embd and p.output):
+        yield Problem("borrowed-width",
+                      f"the draft borrows the target's {'token embeddings' if not own_embd else 'output head'} "
+                      f"but its hidden size {p.d_embd} differs from the target's {p.t_embd}")
+    if own_embd and p.d_embd is not None and p.d.tensors["token_embd.weight"].shape[0] != p.d_embd:
+        yield Problem("draft-embeddings", "the draft's token_embd width differs from its embedding_length")
+
+
+def _d2t(p: _Pair) -> Iterator[Problem]:
+    d2t = p.d.tensors.get("d2t")
+    if d2t is None:
+        if p.output is not None and p.t_vocab is not None and p.output.shape[1] != p.t_vocab:
+            yield Problem("output-rows", f"the draft's output.weight has {p.output.shape[1]} rows but no d2t map; "
+                                         f"expected {p.t_vocab}")
+    elif d2t.type != "i64" or len(d2t.shape) != 1:
+        yield Problem("d2t-type", f"d2t must be a 1-D int64 tensor, it is {d2t.type} {d2t.shape}")
+    elif p.output is None:
+        yield Problem("d2t-without-output",
+                      "the draft has a d2t map but no output head of its own; d2t maps the rows of the draft's own "
+                      "output.weight")
+    elif p.output.shape[1] != d2t.shape[0]:
+        yield Problem("d2t-rows", f"d2t has {d2t.shape[0]} entries but output.weight has {p.output.shape[1]} rows")
+    elif p.t_vocab is not None:
+        values = _read_tensor(p.d, "d2t", np.int64)
+        if values.size and (values.min() < 0 or values.max() >= p.t_vocab):
+            yield Problem("d2t-range", f"d2t maps to token ids outside [0, {p.t_vocab})")
+
+
+def _draft_architecture(p: _Pair) -> Iterator[Problem]:
+    if p.d.arch != "eagle3":
+        yield Problem("draft-architecture",
+                      f"the draft's architecture is '{p.d.arch}', not 'eagle3': pass an EAGLE-3 draft model "
+                      "(3 extract layers) built for this target")
+
+
+_TARGET_RULES: tuple[Rule, ...] = (_target,)
+_DRAFT_RULES: tuple[Rule, ...] = (_draft_shape, _target_layers, _hidden_size, _vocabulary, _borrowed, _d2t)
+
+
 def check_pair(target: PathOrModel, draft: PathOrModel) -> PairReport:
     """Check an EAGLE-3 draft against its target; paths or loaded :class:`Model` objects.
 
     Raises :class:`ModelLoadError` if a file is not readable GGUF.
     """
-    t, d = _header(target), _header(draft)
-    problems: list[Problem] = []
-
-    def problem(code: str, message: str) -> None:
-        problems.append(Problem(code, message))
-
-    t_layers = _int(t.key("block_count"))
-    t_nextn = _int(t.key("nextn_predict_layers")) or 0
-    t_n_layer = t_layers - t_nextn if t_layers is not None else None
-    t_embd = _int(t.key("embedding_length"))
-    t_vocab = t.n_vocab()
-    d_embd = _int(d.key("embedding_length"))
-    d_vocab = d.n_vocab()
-    layers = d.key("target_layers")
-    hidden = _int(d.key("target_hidden_size"))
-    support = _core.eagle3_target_support(t.arch)
-    facts: dict[str, Any] = {
-        "target architecture": t.arch or "?",
-        "target layers": t_n_layer,
-        "target hidden size": t_embd,
-        "target vocabulary": t_vocab,
-        "draft architecture": d.arch or "?",
-        "draft target_layers": [int(x) for x in layers] if isinstance(layers, np.ndarray) else layers,
-        "draft target_hidden_size": hidden,
-        "draft hidden size": d_embd,
-        "draft vocabulary": d_vocab,
-        "draft d2t": d.tensors["d2t"].shape[0] if "d2t" in d.tensors else None,
-    }
-
-    # -- the target ---------------------------------------------------------
-    if support == 0:
-        problem("target-architecture",
-                f"target architecture '{t.arch}' cannot be an EAGLE-3 target: its graph does not expose the "
-                "per-layer hidden states EAGLE-3 drafts from, or it has recurrent state that cannot roll back")
-    if t_layers is None or not 0 < t_layers <= _MAX_LAYERS or not 0 <= t_nextn < t_layers:
-        problem("target-block-count", f"target block_count {t_layers} (nextn {t_nextn}) is invalid")
-    if t_embd is None or t_embd <= 0:
-        problem("target-hidden-size", f"target embedding_length {t_embd} is invalid")
-
-    # -- the draft ----------------------------------------------------------
-    if d.arch != "eagle3":
-        problem("draft-architecture",
-                f"the draft's architecture is '{d.arch}', not 'eagle3': pass an EAGLE-3 draft model "
-                "(3 extract layers) built for this target")
-    else:
-        if _int(d.key("block_count")) != 1:
-            problem("draft-block-count", f"an EAGLE-3 draft has exactly 1 block, this one has "
-                                         f"{d.key('block_count')}")
-        if _int(d.key("nextn_predict_layers")):
-            problem("draft-nextn", "an EAGLE-3 draft has no NextN layers (eagle3.nextn_predict_layers must be 0)")
-        k_len, v_len = _int(d.key("attention.key_length")), _int(d.key("attention.value_length"))
-        if k_len is not None and v_len is not None and k_len != v_len:
-            problem("draft-head-dims", f"attention key_length {k_len} != value_length {v_len}")
-        if _int(d.key("attention.head_count")) in (None, 0):
-            problem("draft-heads", "the draft has no attention.head_count")
-
-        # the target layers the draft reads
-        ltype = d.types.get("eagle3.target_layers")
-        if ltype not in ("array[int32]", "array[uint32]"):
-            problem("target-layers-missing",
-                    "eagle3.target_layers (3 int32 layer ids) is missing or has the wrong type"
-                    if ltype is None else f"eagle3.target_layers has type {ltype}, expected array[int32]")
-        elif len(layers) != 3:
-            problem("target-layers-count", f"eagle3.target_layers has {len(layers)} entries, EAGLE-3 needs 3")
-        elif t_n_layer is not None:
-            top = t_n_layer if support == 2 else t_n_layer - 1
-            bad = [int(x) for x in layers if not 0 <= int(x) <= top]
-            if bad:
-                problem("target-layers-range",
-                        f"the draft reads target layers {bad}, but the target ('{t.arch}', {t_n_layer} layers) "
-                        f"has layers 0..{top}: the draft was trained for a different target")
-
-        if hidden is None:
-            problem("target-hidden-size-missing", "eagle3.target_hidden_size (u32) is missing")
-        elif t_embd is not None and hidden != t_embd:
-            problem("hidden-size-mismatch",
-                    f"the draft expects target hidden size {hidden}, the target has {t_embd}: the draft was "
-                    "trained for a different target")
-        fc = d.tensors.get("fc.weight")
-        if fc is None:
-            problem("draft-fc", "the draft has no fc.weight")
-        elif hidden is not None and d_embd is not None and fc.shape[:2] != (3 * hidden, d_embd):
-            problem("draft-fc", f"fc.weight has shape {fc.shape}, expected ({3 * hidden}, {d_embd})")
-
-        # vocabulary and the borrowed embeddings / head
-        if t_vocab is None or d_vocab is None:
-            problem("vocab-missing", "both models need tokenizer.ggml.tokens")
-        elif t_vocab != d_vocab:
-            problem("vocab-mismatch",
-                    f"vocabulary sizes differ: target {t_vocab}, draft {d_vocab}; the draft must carry the "
-                    "target's tokenizer")
-        own_embd = "token_embd.weight" in d.tensors
-        output = d.tensors.get("output.weight")
-        if d_embd is not None and t_embd is not None and d_embd != t_embd and not (own_embd and output):
-            problem("borrowed-width",
-                    f"the draft borrows the target's {'token embeddings' if not own_embd else 'output head'} "
-                    f"but its hidden size {d_embd} differs from the target's {t_embd}")
-        if own_embd and d_embd is not None and d.tensors["token_embd.weight"].shape[0] != d_embd:
-            problem("draft-embeddings", "the draft's token_embd width differs from its embedding_length")
-
-        d2t = d.tensors.get("d2t")
-        if d2t is not None:
-            if d2t.type != "i64" or len(d2t.shape) != 1:
-                problem("d2t-type", f"d2t must be a 1-D int64 tensor, it is {d2t.type} {d2t.shape}")
-            elif output is None:
-                problem("d2t-without-output",
-                        "the draft has a d2t map but no output head of its own; d2t maps the rows of the "
-                        "draft's own output.weight")
-            elif output.shape[1] != d2t.shape[0]:
-                problem("d2t-rows", f"d2t has {d2t.shape[0]} entries but output.weight has {output.shape[1]} rows")
-            elif t_vocab is not None:
-                values = _read_tensor(d, "d2t", np.int64)
-                if values.size and (values.min() < 0 or values.max() >= t_vocab):
-                    problem("d2t-range", f"d2t maps to token ids outside [0, {t_vocab})")
-        elif output is not None and t_vocab is not None and output.shape[1] != t_vocab:
-            problem("output-rows", f"the draft's output.weight has {output.shape[1]} rows but no d2t map; "
-                                   f"expected {t_vocab}")
-
-    return PairReport(t.path, d.path, facts, problems)
+    pair = _Pair(_header(target), _header(draft))
+    rules = _TARGET_RULES + (_DRAFT_RULES if pair.d.arch == "eagle3" else (_draft_architecture,))
+    problems = [problem for rule in rules for problem in rule(pair)]
+    return PairReport(pair.t.path, pair.d.path, pair.facts(), problems)

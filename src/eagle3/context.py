@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from eagle3 import _core, _logging, generation
+from eagle3 import _core, generation
 from eagle3._core import Batch
 from eagle3._lifetime import Resource
 from eagle3.compat import check_pair
@@ -23,6 +23,37 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def _sizes(other: Context | None, n_ctx, n_batch, n_ubatch, n_seq_max) -> tuple[int, int, int, int]:
+    """``(n_ctx, n_batch, n_ubatch, n_seq_max)``: a draft context's default to its target's."""
+    if other is not None:
+        n_ctx = other.n_ctx if n_ctx is None else n_ctx
+        n_batch = other.n_batch if n_batch is None else n_batch
+        n_ubatch = min(other.n_ubatch, n_batch) if n_ubatch is None else n_ubatch
+        n_seq_max = other.n_seq_max if n_seq_max is None else n_seq_max
+    n_ctx = as_int(512 if n_ctx is None else n_ctx, "n_ctx", 1)
+    n_batch = as_int(min(512, n_ctx) if n_batch is None else n_batch, "n_batch", 1)
+    n_ubatch = as_int(n_batch if n_ubatch is None else n_ubatch, "n_ubatch", 1)
+    n_seq_max = as_int(1 if n_seq_max is None else n_seq_max, "n_seq_max", 1, _core.MAX_SEQ)
+    if n_ubatch > n_batch:
+        raise InvalidArgumentError(f"n_ubatch ({n_ubatch}) must be <= n_batch ({n_batch})")
+    return n_ctx, n_batch, n_ubatch, n_seq_max
+
+
+def _check_model_fits(model: Model, ctx_type: str, other: Context | None) -> None:
+    """Refuse a context llama.cpp would build a broken graph for (it aborts)."""
+    if ctx_type == "mtp" and (model.n_layer_nextn <= 0 or not model.load_mtp):
+        raise ContextError(
+            f"ctx_type='mtp' needs a model with NextN (MTP) layers loaded with load_mtp=True; {model.path} "
+            f"has {model.n_layer_nextn} NextN layers" + ("" if model.load_mtp else " and was loaded without them"))
+    if model.architecture == "eagle3":
+        if other is not None:
+            # llama.cpp builds the draft graph right away: a misfit aborts
+            check_pair(other.model, model).raise_if_incompatible()
+        elif not {"token_embd.weight", "output.weight"} <= model._tensors.keys():
+            raise ContextError("this EAGLE-3 draft borrows the target's embeddings or output head: create "
+                               "its context with other=target_ctx")
 
 
 class Context(Resource):
@@ -61,54 +92,22 @@ class Context(Resource):
             raise InvalidArgumentError(f"ctx_type must be one of {_CTX_TYPES}, got {ctx_type!r}")
         if other is not None and not isinstance(other, Context):
             raise ArgumentTypeError(f"other must be an eagle3.Context, got {type(other).__name__}")
+        if not isinstance(flash_attn, bool):
+            raise ArgumentTypeError(f"flash_attn must be a bool, got {type(flash_attn).__name__}")
         model_handle = model._live()
         other_handle = other._live() if other is not None else None
         # a draft context shares its target's lock: a session drives both
         super().__init__(lock=other._lock if other is not None else None)
-
-        if other is not None:
-            n_ctx = other.n_ctx if n_ctx is None else n_ctx
-            n_batch = other.n_batch if n_batch is None else n_batch
-            n_ubatch = min(other.n_ubatch, n_batch) if n_ubatch is None else n_ubatch
-            n_seq_max = other.n_seq_max if n_seq_max is None else n_seq_max
-        n_ctx = 512 if n_ctx is None else n_ctx
-        n_batch = min(512, n_ctx) if n_batch is None else n_batch
-        n_ubatch = n_batch if n_ubatch is None else n_ubatch
-        n_seq_max = 1 if n_seq_max is None else n_seq_max
-        n_ctx = as_int(n_ctx, "n_ctx", 1)
-        n_batch = as_int(n_batch, "n_batch", 1)
-        n_ubatch = as_int(n_ubatch, "n_ubatch", 1)
-        n_seq_max = as_int(n_seq_max, "n_seq_max", 1, 256)
-        if n_ubatch > n_batch:
-            raise InvalidArgumentError(f"n_ubatch ({n_ubatch}) must be <= n_batch ({n_batch})")
-        if ctx_type == "mtp" and (model.n_layer_nextn <= 0 or not model.load_mtp):
-            raise ContextError(
-                f"ctx_type='mtp' needs a model with NextN (MTP) layers loaded with load_mtp=True; {model.path} "
-                f"has {model.n_layer_nextn} NextN layers" + ("" if model.load_mtp else " and was loaded without them"))
-        if model.architecture == "eagle3":
-            if other is not None:
-                # llama.cpp builds the draft graph right away: a misfit aborts
-                check_pair(other.model, model).raise_if_incompatible()
-            elif not {"token_embd.weight", "output.weight"} <= model._tensors.keys():
-                raise ContextError("this EAGLE-3 draft borrows the target's embeddings or output head: create "
-                                   "its context with other=target_ctx")
+        sizes = _sizes(other, n_ctx, n_batch, n_ubatch, n_seq_max)
+        _check_model_fits(model, ctx_type, other)
         n_threads = default_threads() if n_threads is None else as_int(n_threads, "n_threads", 1, 1024)
         n_threads_batch = n_threads if n_threads_batch is None else as_int(n_threads_batch, "n_threads_batch", 1,
                                                                               1024)
-        if not isinstance(flash_attn, bool):
-            raise ArgumentTypeError(f"flash_attn must be a bool, got {type(flash_attn).__name__}")
-
         self.model = model
         self.other = other
         self.ctx_type = ctx_type
-        _logging.take_errors()
-        try:
-            self._handle = _core.ContextHandle(model_handle, n_ctx, n_batch, n_ubatch, n_seq_max,
-                                               ctx_type == "mtp", other_handle, n_threads, n_threads_batch,
-                                               flash_attn)
-        except ContextError as e:
-            raise ContextError(f"llama.cpp could not create the context: {_logging.take_errors() or e}") from None
-        h = self._handle
+        self._handle = h = _core.ContextHandle(model_handle, *sizes, ctx_type == "mtp", other_handle, n_threads,
+                                               n_threads_batch, flash_attn)
         self.n_ctx: int = h.n_ctx
         self.n_batch: int = h.n_batch
         self.n_ubatch: int = h.n_ubatch
@@ -190,9 +189,7 @@ class Context(Resource):
         if not 1 <= len(prompts) <= self.n_seq_max:
             raise InvalidArgumentError(f"{len(prompts)} prompts; this context holds 1 to {self.n_seq_max} sequences")
         with self._lock:
-            engine = _core.EngineHandle(self._live())
-            results = generation.run(engine, self.model, prompts, range(len(prompts)), s)
-        return generation.BatchGeneration(results, results[0].stats)
+            return generation.run(_core.Pair(self._live()), self.model, prompts, s)
 
     def __repr__(self) -> str:
         if self.closed:

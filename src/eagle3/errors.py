@@ -1,8 +1,9 @@
 """The eagle3 exception hierarchy.
 
-Every error the package raises derives from :class:`Eagle3Error`. The first
-four mirror the variants of the Rust ``Eagle3SessionError`` this API follows;
-errors about a wrong value also derive from :class:`ValueError`.
+Every error the package raises derives from :class:`Eagle3Error`; errors
+about a wrong value also derive from :class:`ValueError`, errors about a
+wrong type from :class:`TypeError`. Errors from llama.cpp carry the reason
+it logged.
 """
 
 from __future__ import annotations
@@ -37,14 +38,19 @@ class SessionInitError(Eagle3Error):
     for this target, or contexts that do not fit together.
     """
 
-    default_message = (
-        "failed to create EAGLE-3 draft session — check that `draft` is a context over a valid EAGLE-3 "
-        "draft model (3 extract layers) built from the same target"
-    )
+    default_messages = {
+        "eagle3": "failed to create EAGLE-3 draft session — check that `draft` is a context over a valid EAGLE-3 "
+                  "draft model (3 extract layers) built from the same target",
+        "mtp": "failed to create MTP draft session — check that `draft` is a context with ctx_type='mtp' over a "
+               "target model that has NextN layers",
+    }
+    default_message = default_messages["eagle3"]
 
-    def __init__(self, reason: str | None = None):
+    def __init__(self, reason: str | None = None, kind: str = "eagle3"):
         self.reason = reason
-        super().__init__(f"{self.default_message}: {reason}" if reason else self.default_message)
+        self.kind = kind
+        message = self.default_messages.get(kind, self.default_message)
+        super().__init__(f"{message}: {reason}" if reason else message)
 
 
 class IncompatiblePairError(SessionInitError, ValueError):
@@ -60,12 +66,12 @@ class ProcessError(Eagle3Error):
 
     def __init__(self, reason: str | None = None):
         self.reason = reason
-        message = "EAGLE-3 process failed (see llama.cpp logs)"
+        message = "speculative process failed"
         super().__init__(f"{message}: {reason}" if reason else message)
 
 
 class BadSeqIdError(Eagle3Error, ValueError):
-    """A sequence id outside ``[0, n_seq)``."""
+    """A sequence id outside ``[0, n_seq)``; ``seq_id`` and ``n_seq`` say which."""
 
     def __init__(self, seq_id: int, n_seq: int):
         self.seq_id = seq_id

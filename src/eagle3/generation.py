@@ -25,72 +25,10 @@ import numpy as np
 
 from eagle3 import _core
 from eagle3._validate import as_int
-from eagle3.errors import ArgumentTypeError, InvalidArgumentError, SessionStateError
+from eagle3.errors import ArgumentTypeError, InvalidArgumentError
+from eagle3.stats import GenerationStats
 
-FINISH_REASONS = ("length", "stop", "context")
-
-
-@dataclasses.dataclass
-class GenerationStats:
-    """Counters and timings of one generation (or a sum of them)."""
-
-    n_prompt: int = 0
-    n_generated: int = 0
-    n_rounds: int = 0
-    """Target passes over a verify batch."""
-    n_seq_rounds: int = 0
-    """Sequences verified, summed over the rounds."""
-    n_draft_calls: int = 0
-    n_drafted: int = 0
-    n_accepted: int = 0
-    n_plain_rounds: int = 0
-    """Rounds decoded without a draft because speculation did not pay (``n_draft_max="auto"``)."""
-    accepted_per_position: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    """Rounds that accepted more than k drafted tokens, for each draft position k (int64)."""
-    draft_lengths: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    """Sequence-rounds by the length k of the draft they verified, k = 0 .. n_draft_max
-    (int64; 0: no draft): the lengths ``n_draft_max="auto"`` chose."""
-    t_prefill_s: float = 0.0
-    t_draft_s: float = 0.0
-    t_verify_s: float = 0.0
-    t_process_s: float = 0.0
-    t_sample_s: float = 0.0
-    t_total_s: float = 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted / drafted tokens."""
-        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Tau: tokens gained per sequence per target pass (accepted drafts + the target's own token)."""
-        return (self.n_accepted + self.n_seq_rounds) / self.n_seq_rounds if self.n_seq_rounds else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Generated tokens per second of the whole call, prefill included."""
-        return self.n_generated / self.t_total_s if self.t_total_s > 0 else 0.0
-
-    def __add__(self, other: GenerationStats) -> GenerationStats:
-        out = GenerationStats()
-        for field in dataclasses.fields(self):
-            a, b = getattr(self, field.name), getattr(other, field.name)
-            if isinstance(a, np.ndarray):
-                n = max(len(a), len(b))
-                total = np.zeros(n, np.int64)
-                total[:len(a)] += a
-                total[:len(b)] += b
-                setattr(out, field.name, total)
-            else:
-                setattr(out, field.name, a + b)
-        return out
-
-    def as_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d.update(acceptance_rate=self.acceptance_rate, mean_accepted_length=self.mean_accepted_length,
-                 tokens_per_s=self.tokens_per_s)
-        return d
+__all__ = ["Generation", "BatchGeneration", "GenerationStats", "TokenStream"]
 
 
 @dataclasses.dataclass
@@ -104,6 +42,7 @@ class Generation:
     finish_reason: str
     """``"length"``, ``"stop"`` (end-of-generation token, stop token or stop string) or ``"context"``."""
     stats: GenerationStats
+    """This sequence's own counters (in a batch, the batch's totals are :attr:`BatchGeneration.stats`)."""
 
 
 @dataclasses.dataclass
@@ -140,7 +79,7 @@ class BatchGeneration:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Validated generation arguments."""
+    """Validated generation arguments: what the extension's e3_request is filled from."""
 
     max_new_tokens: int
     temperature: float
@@ -150,8 +89,7 @@ class Settings:
     seed: int
     stop_tokens: tuple[int, ...]
     stop_strings: tuple[str, ...]
-    n_draft: int       # 0: the session's n_draft_max
-    adaptive: bool
+    n_draft: int  # 0: the session's n_draft_max; k: at most k; _core.DRAFT_AUTO: "auto"
 
 
 def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p: Any = 1.0, min_p: Any = 0.0,
@@ -177,13 +115,13 @@ def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p:
         raise ArgumentTypeError("stop_strings must be strings")
     tokens = tuple(as_int(t, "stop token") for t in np.asarray(stop_tokens, dtype=object).reshape(-1))
     if n_draft_max == "auto":
-        n_draft, adaptive = 0, True
+        n_draft = _core.DRAFT_AUTO
     elif n_draft_max is None:
-        n_draft, adaptive = 0, False
+        n_draft = 0
     else:
-        n_draft, adaptive = as_int(n_draft_max, "n_draft_max", 1, max(session_n_draft_max, 1)), False
+        n_draft = as_int(n_draft_max, "n_draft_max", 1, max(session_n_draft_max, 1))
     return Settings(max_new, floats["temperature"], top_k, floats["top_p"], floats["min_p"], seed, tokens, strings,
-                    n_draft, adaptive)
+                    n_draft)
 
 
 def prompt_tokens(model, prompt: Any) -> np.ndarray:
@@ -203,17 +141,14 @@ def _text(model, tokens: np.ndarray, stops: Sequence[str]) -> str:
     return text[:cut] if cut >= 0 else text
 
 
-def _stats(engine: _core.EngineHandle) -> GenerationStats:
-    return GenerationStats(**engine.stats())
-
-
-def _results(engine: _core.EngineHandle, model, stops: Sequence[str], n: int) -> list[Generation]:
-    stats = _stats(engine)
+def _results(pair: _core.Pair, model, stops: Sequence[str], n: int) -> BatchGeneration:
+    """The finished generation: each request's tokens, text and own counters, and the call's totals."""
     out = []
     for i in range(n):
-        tokens = engine.outputs[i][:engine.n_tokens(i)]
-        out.append(Generation(tokens, _text(model, tokens, stops), engine.finish_reason(i), stats))
-    return out
+        tokens = pair.tokens(i).copy()
+        out.append(Generation(tokens, _text(model, tokens, stops), pair.finish_reason(i),
+                              GenerationStats(**pair.generation_counters(i))))
+    return BatchGeneration(out, GenerationStats(**pair.generation_counters(-1)))
 
 
 class TokenStream:
@@ -234,35 +169,33 @@ class TokenStream:
             raise
 
 
-def run(engine: _core.EngineHandle, model, prompts: list[np.ndarray], seq_ids: Sequence[int],
-        s: Settings) -> list[Generation]:
-    """Start and finish a generation on an engine (the caller holds the locks)."""
-    engine.start(list(seq_ids), prompts, s.max_new_tokens, s.temperature, s.top_k, s.top_p, s.min_p, s.seed,
-                 list(s.stop_tokens), list(s.stop_strings), s.n_draft, s.adaptive)
-    engine.run()
-    return _results(engine, model, s.stop_strings, len(prompts))
+def run(pair: _core.Pair, model, prompts: list[np.ndarray], s: Settings) -> BatchGeneration:
+    """A whole generation, prompt i on sequence i (the caller holds the pair)."""
+    pair.start(range(len(prompts)), prompts, s)
+    pair.run()
+    return _results(pair, model, s.stop_strings, len(prompts))
 
 
-def stream(engine: _core.EngineHandle, model, prompt: np.ndarray, s: Settings, lock, check) -> Iterator[int]:
-    """Yield the tokens of one sequence as the engine accepts them; returns its Generation."""
-    with lock:
+def stream(pair: _core.Pair, model, prompt: np.ndarray, s: Settings, check) -> Iterator[int]:
+    """Yield the tokens of one sequence as the engine accepts them; returns its Generation.
+
+    Between rounds the pair is free: a call that uses it in the meantime ends
+    the stream with SessionStateError at its next round."""
+    with pair:
         check()
-        engine.start([0], [prompt], s.max_new_tokens, s.temperature, s.top_k, s.top_p, s.min_p, s.seed,
-                     list(s.stop_tokens), list(s.stop_strings), s.n_draft, s.adaptive)
-        serial = engine.target_ctx.serial
+        generation = pair.start([0], [prompt], s)
     sent = 0
-    live = 1
     while True:
-        n = engine.n_tokens(0)
-        for token in engine.outputs[0][sent:n]:
-            yield int(token)
-        sent = n
-        if not live or engine.finish_reason(0) is not None:
-            break
-        with lock:
+        with pair:
             check()
-            if engine.target_ctx.serial != serial:
-                raise SessionStateError("the contexts were used by another call while streaming")
-            live = engine.step()
-            serial = engine.target_ctx.serial
-    return _results(engine, model, s.stop_strings, 1)[0]
+            pair.check_current(generation)
+            new = pair.tokens(0)[sent:].copy()
+            result = _results(pair, model, s.stop_strings, 1)[0] if pair.finish_reason(0) is not None else None
+        for token in new:
+            yield int(token)
+        sent += len(new)
+        if result is not None:
+            return result
+        with pair:
+            check()
+            pair.step(generation)

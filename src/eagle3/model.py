@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from eagle3 import _core, _logging
+from eagle3 import _core, compat
 from eagle3._lifetime import Resource
 from eagle3._validate import as_int
 from eagle3.errors import ArgumentTypeError, InvalidArgumentError, ModelLoadError
@@ -38,17 +38,13 @@ class Model(Resource):
             raise ModelLoadError(f"{self.path}: is a directory, not a GGUF file")
         self._metadata, self._metadata_types, self._tensors = _core.read_gguf(self.path)
         self.architecture: str = str(self._metadata.get("general.architecture", ""))
-        self._check_header()
+        problems = compat.load_problems(self.path, self._metadata, self._metadata_types)
+        if problems:
+            raise ModelLoadError(f"{self.path}: {problems[0]}")
         if load_mtp is None:
             load_mtp = int(self._metadata.get(f"{self.architecture}.nextn_predict_layers", 0) or 0) > 0
         self.load_mtp = bool(load_mtp)
-        _logging.take_errors()
-        try:
-            self._handle = _core.ModelHandle(self.path, n_gpu_layers, self.load_mtp, vocab_only, check_tensors)
-        except ModelLoadError as e:
-            reason = _logging.take_errors()
-            raise ModelLoadError(f"{self.path}: llama.cpp could not load it: {reason or e}") from None
-        h = self._handle
+        self._handle = h = _core.ModelHandle(self.path, n_gpu_layers, self.load_mtp, vocab_only, check_tensors)
         self.n_vocab: int = h.n_vocab
         self.n_layer: int = h.n_layer
         self.n_layer_nextn: int = h.n_layer_nextn
@@ -62,23 +58,6 @@ class Model(Resource):
         self.n_params: int = h.n_params
         self.size: int = h.size
         self.description: str = h.description()
-
-    def _check_header(self) -> None:
-        """Reject headers that make llama.cpp's loader abort instead of failing."""
-        arch = self.architecture
-        blocks = self._metadata.get(f"{arch}.block_count")
-        nextn = self._metadata.get(f"{arch}.nextn_predict_layers", 0)
-        if arch and self._metadata_types.get(f"{arch}.block_count") == "uint32" and not 0 < blocks <= 512:
-            raise ModelLoadError(f"{self.path}: {arch}.block_count = {blocks} is outside 1..512")
-        if isinstance(nextn, int) and isinstance(blocks, int) and nextn > blocks:
-            raise ModelLoadError(f"{self.path}: nextn_predict_layers ({nextn}) exceeds block_count ({blocks})")
-        for key, value in self._metadata.items():
-            # a negative or NaN norm epsilon trips an assert inside ggml's kernels
-            if key.endswith("_epsilon") and isinstance(value, float) and not value >= 0.0:
-                raise ModelLoadError(f"{self.path}: {key} = {value} must be a number >= 0")
-        tokens = self._metadata.get("tokenizer.ggml.tokens")
-        if isinstance(tokens, tuple) and len(set(tokens)) != len(tokens):
-            raise ModelLoadError(f"{self.path}: the vocabulary (tokenizer.ggml.tokens) has duplicate tokens")
 
     # -- metadata ----------------------------------------------------------
 
@@ -122,8 +101,8 @@ class Model(Resource):
         arr = np.ascontiguousarray(arr.reshape(-1))
         if arr.size and arr.dtype.kind not in "iu":
             raise ArgumentTypeError(f"tokens must be integers, got dtype {arr.dtype}")
-        if arr.size and (arr.min() < 0 or arr.max() >= self.n_vocab):
-            raise InvalidArgumentError(f"token ids must be in [0, {self.n_vocab})")
+        if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
+            raise InvalidArgumentError("token ids do not fit in int32")
         return self._vocab().detokenize(arr.astype(np.int32), remove_special, unparse_special)
 
     def is_eog(self, token: int) -> bool:

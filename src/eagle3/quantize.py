@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from eagle3 import _core, _logging
+from eagle3 import _core
 from eagle3._validate import as_int
-from eagle3.errors import ArgumentTypeError, InvalidArgumentError, ModelLoadError
+from eagle3.errors import ArgumentTypeError, InvalidArgumentError
 from eagle3.model import Model
 
 # llama-quantize's names for the file types that need no importance matrix,
@@ -47,10 +47,4 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, file_type: str, *, 
         raise InvalidArgumentError(f"{dst}: its folder does not exist")
     with Model(src, vocab_only=True):  # every check a model load makes, before llama.cpp reads tensors
         pass
-    _logging.take_errors()
-    try:
-        _core.quantize_file(src, dst, ftype, threads, bool(pure), False)
-    except ModelLoadError:
-        reason = _logging.take_errors()
-        raise ModelLoadError(f"{src}: llama.cpp could not quantize it to {file_type}: {reason or 'see the log'}") \
-            from None
+    _core.quantize_file(src, dst, ftype, threads, bool(pure), False, file_type)

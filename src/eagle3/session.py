@@ -30,19 +30,21 @@ when it is created, so create it before the first target decode.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
-from eagle3 import _core, generation
+from eagle3 import _core, _logging, generation, stats
 from eagle3._core import Batch
 from eagle3.compat import check_pair
-from eagle3.generation import BatchGeneration, Generation, GenerationStats, TokenStream
+from eagle3.generation import BatchGeneration, Generation, TokenStream
 from eagle3._lifetime import Resource
 from eagle3.context import Context
 from eagle3._validate import as_int
 from eagle3.errors import ArgumentTypeError, InvalidArgumentError, InvalidConfigError, SessionInitError
+from eagle3.stats import GenerationStats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,26 +78,19 @@ class Eagle3SessionConfig:
         def is_int(v: Any) -> bool:
             return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
-        if not is_int(self.n_seq) or self.n_seq <= 0:
-            raise InvalidConfigError("n_seq must be > 0")
-        if self.n_seq > 256:
-            raise InvalidConfigError("n_seq must be <= 256")
-        if not is_int(self.n_draft_max) or self.n_draft_max <= 0:
-            raise InvalidConfigError("n_draft_max must be > 0")
-        if self.n_draft_max > 65535:
-            raise InvalidConfigError("n_draft_max must be <= 65535")
-        if not is_int(self.n_min) or not 0 <= self.n_min <= self.n_draft_max:
-            raise InvalidConfigError("n_min must be in [0, n_draft_max]")
-        if not isinstance(self.p_min, (int, float, np.floating)) or isinstance(self.p_min, bool) \
-                or not 0.0 <= float(self.p_min) <= 1.0:
+        for name in ("n_seq", "n_draft_max", "n_min"):
+            if not is_int(getattr(self, name)):
+                raise InvalidConfigError(f"{name} must be an integer")
+        if not isinstance(self.p_min, (int, float, np.floating)) or isinstance(self.p_min, bool):
             raise InvalidConfigError("p_min must be in [0, 1]")
+        _core.check_session_config(self.n_seq, self.n_draft_max, self.n_min, float(self.p_min))
 
 
 class _SpeculativeSession(Resource):
     """The lifecycle shared by EAGLE-3 and MTP sessions."""
 
     _kind = "session"
-    _spec_type: int = -1
+    _session_kind = ""  # "eagle3" or "mtp"
 
     def __init__(self, target_ctx: Context, draft_ctx: Context, n_seq: int = 1, n_draft_max: int = 3,
                  n_min: int = 0, p_min: float = 0.0, *, config: Eagle3SessionConfig | None = None) -> None:
@@ -108,18 +103,18 @@ class _SpeculativeSession(Resource):
             if not isinstance(ctx, Context):
                 raise ArgumentTypeError(f"{name} must be an eagle3.Context, got {type(ctx).__name__}")
         if target_ctx is draft_ctx:
-            raise SessionInitError("the target and draft contexts must be two different contexts")
+            raise SessionInitError("the target and draft contexts must be two different contexts",
+                                   kind=self._session_kind)
         self._check_contexts(target_ctx, draft_ctx)
         super().__init__(lock=target_ctx._lock)
-        self._draft_lock = draft_ctx._lock if draft_ctx._lock is not target_ctx._lock else None
         self.target = target_ctx
         self.draft_ctx = draft_ctx
         self._config = config
+        # an MTP draft context has a lock of its own: the session holds both
+        locks = tuple(dict.fromkeys((target_ctx._lock, draft_ctx._lock)))
         with self._lock:
-            self._handle = _core.SessionHandle(self._spec_type, target_ctx._live(), draft_ctx._live(),
-                                               config.n_seq, config.n_draft_max, config.n_min,
-                                               float(config.p_min))
-        self._engine_handle: _core.EngineHandle | None = None
+            self._handle = _core.Pair(target_ctx._live(), draft_ctx._live(), self._session_kind,
+                                      (config.n_seq, config.n_draft_max, config.n_min, float(config.p_min)), locks)
         self.generation_stats = GenerationStats()
         """The counters of every generate/generate_batch call of this session, summed."""
         target_ctx._adopt(self)
@@ -128,21 +123,11 @@ class _SpeculativeSession(Resource):
     def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
         raise NotImplementedError
 
-    def close(self) -> None:
-        with self._lock:
-            super().close()
-            self._engine_handle = None
-
-    # serialize against the draft context too when it has a lock of its own (MTP)
-    def _acquire(self):
-        self._lock.acquire()
-        if self._draft_lock is not None:
-            self._draft_lock.acquire()
-
-    def _release(self):
-        if self._draft_lock is not None:
-            self._draft_lock.release()
-        self._lock.release()
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[_core.Pair]:
+        """The pair, with the locks of both contexts held (and the session still open then)."""
+        with self._live():
+            yield self._live()
 
     # -- configuration -----------------------------------------------------
 
@@ -170,29 +155,24 @@ class _SpeculativeSession(Resource):
 
     @property
     def need_embd(self) -> bool:
-        """True when the backend needs post-norm embeddings on the target
+        """True when the drafter needs post-norm embeddings on the target
         (``llama_set_embeddings``). EAGLE-3 and MTP in this llama.cpp read
         pre-norm hidden states instead, so this is False."""
-        self._live()
-        return False
+        return bool(self._live().need_embd)
 
     @property
     def need_embd_pre_norm(self) -> bool:
-        """True when the backend needs pre-norm hidden states on the target.
-        Configured automatically when the session is created."""
-        self._live()
-        return True
+        """True when the drafter needs pre-norm hidden states on the target.
+        The session turned them on when it was created."""
+        return bool(self._live().need_embd_pre_norm)
 
     # -- the speculative loop ----------------------------------------------
 
     def begin(self, seq_id: int, prompt) -> None:
         """Optional: call at the start of a generation with the prompt tokens
         just decoded into the target for ``seq_id``."""
-        self._acquire()
-        try:
-            self._live().begin(as_int(seq_id, "seq_id"), prompt)
-        finally:
-            self._release()
+        with self._locked() as pair:
+            pair.begin(as_int(seq_id, "seq_id"), prompt)
 
     def process(self, batch: Batch) -> None:
         """Hand the session the batch that was just decoded on the target.
@@ -204,11 +184,8 @@ class _SpeculativeSession(Resource):
         """
         if not isinstance(batch, Batch):
             raise ArgumentTypeError(f"batch must be an eagle3.Batch, got {type(batch).__name__}")
-        self._acquire()
-        try:
-            self._live().process(batch)
-        finally:
-            self._release()
+        with self._locked() as pair:
+            pair.process(batch)
 
     def draft(self, seq_id: int, n_past: int, id_last: int, *, out: np.ndarray | None = None) -> np.ndarray:
         """Draft up to :attr:`n_draft_max` tokens for ``seq_id``.
@@ -218,12 +195,8 @@ class _SpeculativeSession(Resource):
         decoded). Returns an int32 array; the C code writes straight into its
         buffer (``out``, if given, else a new array: the result is a view of it).
         """
-        self._acquire()
-        try:
-            return self._live().draft(as_int(seq_id, "seq_id"), as_int(n_past, "n_past"), as_int(id_last, "id_last"),
-                                     out)
-        finally:
-            self._release()
+        with self._locked() as pair:
+            return pair.draft(as_int(seq_id, "seq_id"), as_int(n_past, "n_past"), as_int(id_last, "id_last"), out)
 
     def draft_many(self, seq_ids, n_past, id_last) -> tuple[np.ndarray, np.ndarray]:
         """Draft for several sequences in one call.
@@ -231,43 +204,28 @@ class _SpeculativeSession(Resource):
         Returns ``(tokens, lengths)``: row ``k`` of the int32 matrix ``tokens``
         holds ``lengths[k]`` drafted tokens for ``seq_ids[k]``.
         """
-        self._acquire()
-        try:
-            return self._live().draft_many(seq_ids, n_past, id_last)
-        finally:
-            self._release()
+        with self._locked() as pair:
+            return pair.draft_many(seq_ids, n_past, id_last)
 
     def accept(self, seq_id: int, n_accepted: int) -> None:
         """Report how many tokens of the last draft of ``seq_id`` the target
         accepted (0 when every draft token was rejected)."""
-        self._acquire()
-        try:
-            self._live().accept(as_int(seq_id, "seq_id"), as_int(n_accepted, "n_accepted"))
-        finally:
-            self._release()
+        with self._locked() as pair:
+            pair.accept(as_int(seq_id, "seq_id"), as_int(n_accepted, "n_accepted"))
 
     # -- whole generations, looped in C -------------------------------------
-
-    def _engine(self) -> _core.EngineHandle:
-        handle = self._live()
-        if self._engine_handle is None or self._engine_handle.session is not handle:
-            self._engine_handle = _core.EngineHandle(handle.target_ctx, handle)
-        return self._engine_handle
 
     def _settings(self, max_new_tokens, kwargs) -> generation.Settings:
         return generation.settings(max_new_tokens, session_n_draft_max=self._live().n_draft_max, **kwargs)
 
-    def _generate(self, prompts, max_new_tokens, kwargs) -> list[Generation]:
+    def _generate(self, prompts, max_new_tokens, kwargs) -> BatchGeneration:
         s = self._settings(max_new_tokens, kwargs)
         model = self.target.model
         tokens = [generation.prompt_tokens(model, p) for p in prompts]
-        self._acquire()
-        try:
-            results = generation.run(self._engine(), model, tokens, range(len(tokens)), s)
-        finally:
-            self._release()
-        self.generation_stats = self.generation_stats + results[0].stats
-        return results
+        with self._locked() as pair:
+            result = generation.run(pair, model, tokens, s)
+        self.generation_stats = self.generation_stats + result.stats
+        return result
 
     def generate(self, prompt, max_new_tokens: int = 128, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, min_p: float = 0.0, seed: int | None = None, stop_tokens=(),
@@ -294,15 +252,16 @@ class _SpeculativeSession(Resource):
         """Generate for several prompts at once, one per sequence (at most ``n_seq``).
 
         Each round verifies every live sequence's drafts in one target batch;
-        sequences finish independently. Arguments as :meth:`generate`.
+        sequences finish independently. Arguments as :meth:`generate`. Each
+        :class:`Generation` holds its sequence's own counters; the result's
+        ``stats`` those of the whole call.
         """
         if isinstance(prompts, str):
             raise ArgumentTypeError("prompts is a list of prompts")
         prompts = list(prompts)
         if not 1 <= len(prompts) <= self.n_seq:
             raise InvalidArgumentError(f"{len(prompts)} prompts; this session runs 1 to n_seq = {self.n_seq}")
-        results = self._generate(prompts, max_new_tokens, kwargs)
-        return BatchGeneration(results, results[0].stats)
+        return self._generate(prompts, max_new_tokens, kwargs)
 
     def stream(self, prompt, max_new_tokens: int = 128, **kwargs) -> TokenStream:
         """Like :meth:`generate`, but yields each token as soon as it is accepted.
@@ -313,43 +272,40 @@ class _SpeculativeSession(Resource):
         """
         s = self._settings(max_new_tokens, kwargs)
         tokens = generation.prompt_tokens(self.target.model, prompt)
-        engine = self._engine()
-
-        class _Lock:
-            def __enter__(_):
-                self._acquire()
-
-            def __exit__(_, *exc):
-                self._release()
-
-        return TokenStream(generation.stream(engine, self.target.model, tokens, s, _Lock(), self._live))
+        return TokenStream(generation.stream(self._live(), self.target.model, tokens, s, self._live))
 
     # -- statistics --------------------------------------------------------
+
+    def _counters(self, seq_id: int | None) -> GenerationStats:
+        with self._locked() as pair:
+            return GenerationStats(**pair.counters(-1 if seq_id is None else as_int(seq_id, "seq_id")))
 
     def stats(self, seq_id: int | None = None) -> dict[str, Any]:
         """Counters since creation (or :meth:`reset_stats`), of one sequence or all.
 
-        Keys: ``n_draft_calls``, ``n_drafted``, ``n_accept_calls``,
-        ``n_accepted``, ``acceptance_rate`` (accepted / drafted),
-        ``mean_accepted_length`` (tau: 1 + accepted per accept call),
-        ``accepted_per_position`` (int64 array: accept calls that accepted
-        more than k tokens), and ``t_draft_s``, ``t_process_s``, ``t_accept_s``.
+        Keys: ``n_draft_calls``, ``n_drafted``, ``n_seq_rounds`` (accept
+        calls; also as ``n_accept_calls``), ``n_accepted``,
+        ``n_process_calls``, ``acceptance_rate``, ``mean_accepted_length``
+        (tau), ``accepted_per_position`` (int64 array: accept calls that
+        accepted more than k tokens), ``acceptance_per_position``,
+        ``draft_lengths``, and ``t_draft_s``, ``t_process_s``, ``t_accept_s``.
+        The derived figures are defined in :mod:`eagle3.stats`.
         """
-        with self._lock:
-            c = self._live().counters(-1 if seq_id is None else as_int(seq_id, "seq_id"))
-        c["acceptance_rate"] = c["n_accepted"] / c["n_drafted"] if c["n_drafted"] else 0.0
-        c["mean_accepted_length"] = 1.0 + c["n_accepted"] / c["n_accept_calls"] if c["n_accept_calls"] else 0.0
-        return c
+        return stats.session_dict(self._counters(seq_id))
 
     def reset_stats(self) -> None:
-        with self._lock:
-            self._live().reset_counters()
+        """Zero the session's counters and :attr:`generation_stats`."""
+        with self._locked() as pair:
+            pair.reset_counters()
+            self.generation_stats = GenerationStats()
 
     def print_stats(self) -> None:
         """Log the speculative statistics (draft and accept counts, timings)
         at INFO level on the ``eagle3`` logger."""
-        with self._lock:
-            self._live().print_stats()
+        line = stats.format_line("EAGLE-3" if self._session_kind == "eagle3" else "MTP", self._counters(None))
+        _logging.logger.info("%s", line)
+        with self._locked() as pair:
+            pair.print_upstream_stats()
 
     def __repr__(self) -> str:
         c = self._config
@@ -373,7 +329,7 @@ class Eagle3Session(_SpeculativeSession):
     both contexts alive; closing either context closes the session first.
     """
 
-    _spec_type = _core.SPEC_EAGLE3
+    _session_kind = "eagle3"
 
     def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
         if draft_ctx.ctx_type != "default":
@@ -391,10 +347,10 @@ class MtpSession(_SpeculativeSession):
     ctx_type="mtp")``.
     """
 
-    _spec_type = _core.SPEC_MTP
+    _session_kind = "mtp"
 
     def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
         if draft_ctx.ctx_type != "mtp":
-            raise SessionInitError("an MTP session needs a draft context created with ctx_type='mtp'")
+            raise SessionInitError("an MTP session needs a draft context created with ctx_type='mtp'", kind="mtp")
         if target_ctx.ctx_type != "default":
-            raise SessionInitError("the target context of an MTP session has ctx_type='default'")
+            raise SessionInitError("the target context of an MTP session has ctx_type='default'", kind="mtp")

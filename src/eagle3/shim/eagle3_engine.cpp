@@ -109,22 +109,6 @@ class sampler {
     std::vector<double> probs_;
 };
 
-struct sequence {
-    int32_t seq_id = 0;
-    int32_t * out = nullptr;
-    int32_t n_out = 0;
-    int32_t id_last = 0;
-    int32_t n_past = 0;
-    int32_t finish = E3_RUNNING;
-    int32_t cap = 0;          // draft length cap of this sequence
-    std::mt19937_64 rng;
-    std::string text;         // detokenized output, for stop strings
-    // this round
-    int32_t draft_len = 0;
-    int32_t row0 = 0;
-    bool drafted = false;
-};
-
 // n_draft_max="auto": the draft length that gives the most tokens per second,
 // from the session's own measurements. A round with k drafted tokens per
 // sequence is modelled as t_fixed + (tokens drafted) * t_per_draft, where
@@ -219,6 +203,26 @@ struct draft_tuner {
     }
 };
 
+struct sequence {
+    int32_t seq_id = 0;
+    int32_t * out = nullptr;
+    int32_t n_out = 0;
+    int32_t id_last = 0;
+    int32_t n_past = 0;
+    int32_t finish = E3_RUNNING;
+    int32_t cap = 0;          // draft length cap of this sequence
+    std::mt19937_64 rng;
+    std::string text;         // detokenized output, for stop strings
+    e3::tally tally;          // this request's counters
+    // this round
+    bool live = false;
+    bool drafted = false;
+    int32_t draft_len = 0;
+    const int32_t * draft = nullptr;
+    int32_t row0 = 0;         // its first row in the verify batch
+    std::vector<int32_t> accepted;  // the target's tokens at the verified rows, while they agree
+};
+
 }  // namespace
 
 struct e3_engine {
@@ -228,10 +232,12 @@ struct e3_engine {
     int32_t n_vocab = 0;
     int32_t n_batch = 0;
     int32_t n_ctx_seq = 0;
+    int32_t n_seq_limit = 0;   // sequences a generation may use
     int32_t n_draft_spec = 0;  // the session's n_draft_max
-    int32_t n_min = 0;         // the session's n_min: shorter drafts are dropped
+    int32_t n_min = 1;         // the session's n_min: shorter drafts are dropped
     llama_batch_ext * batch = nullptr;
 
+    // the generation
     std::vector<sequence> seqs;
     int32_t max_new = 0;
     e3_sampling sampling{};
@@ -239,24 +245,22 @@ struct e3_engine {
     std::vector<std::string> stop_strings;
     int32_t n_draft = 0;
     bool adaptive = false;
-    draft_tuner tuner;     // adaptive: measured costs and acceptance, kept across generations
-    int64_t n_adaptive = 0;  // adaptive generations so far
-    int32_t best_cap = -1; // adaptive: the tuner's draft length (-1: not decided yet)
-    bool plain = false;    // adaptive chose plain decoding for the rest of this generation
-
-    e3_gen_stats stats{};
-    std::vector<int64_t> per_pos;
-    std::vector<int64_t> draft_lengths;  // sequence-rounds by the length of the draft verified
+    e3::tally total;
     clock_type::time_point t_start;
 
+    draft_tuner tuner;       // adaptive: measured costs and acceptance, kept across generations
+    int64_t n_adaptive = 0;  // adaptive generations so far
+    int32_t best_cap = -1;   // adaptive: the tuner's draft length (-1: not decided yet)
+    bool plain = false;      // adaptive chose plain decoding for the rest of this generation
+
     sampler smpl;
-    // the batch's entries, for e3_spec_process
-    std::vector<int32_t> b_tok, b_pos, b_seq;
-    // draft requests
-    std::vector<int32_t> d_seq, d_past, d_last, d_cap, d_len, d_out;
-    std::vector<int32_t> d_owner;  // index into seqs of each request
-    std::vector<int32_t> accepted;
+    std::vector<int32_t> b_tok, b_pos, b_seq;  // the batch's entries, for e3_spec_process
+    std::vector<int32_t> d_seq, d_past, d_last, d_cap, d_len, d_out, d_owner;  // draft requests
     char piece[256];
+
+    bool drafting() const { return spec && !plain; }
+
+    // -- the target batch ----------------------------------------------------
 
     void batch_clear() {
         llama_batch_ext_clear(batch);
@@ -265,10 +269,10 @@ struct e3_engine {
         b_seq.clear();
     }
 
-    int batch_add(int32_t seq, int32_t token, int32_t pos, bool output, char * err, size_t n_err) {
+    int batch_add(int32_t seq, int32_t token, int32_t pos, bool output, e3_error * err) {
         const int32_t idx = llama_batch_ext_add_token(batch, seq, token);
         if (idx < 0) {
-            return fail(err, n_err, E3_ERR_ARG, "llama.cpp refused batch entry (token %d, sequence %d): code %d",
+            return fail(err, E3_ERR_ARG, "llama.cpp refused batch entry (token %d, sequence %d): code %d",
                         (int) token, (int) seq, (int) idx);
         }
         llama_batch_ext_set_pos(batch, idx, &pos);
@@ -281,76 +285,81 @@ struct e3_engine {
         return E3_OK;
     }
 
-    // decode the batch on the target
-    int batch_decode(double & t_decode, char * err, size_t n_err) {
+    int batch_decode(double & t_decode, e3_error * err) {
         const auto t0 = clock_type::now();
         const int32_t rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch);
         t_decode += seconds_since(t0);
         if (rc != 0) {
-            return fail(err, n_err, E3_ERR_EXCEPTION, "the target failed to decode a batch of %d tokens (code %d)",
-                        (int) b_tok.size(), (int) rc);
+            const char * why = rc == 1 ? "no KV cache slot" : rc == 2 ? "aborted" : "computation failed";
+            return fail(err, E3_ERR_DECODE, "the target failed to decode a batch of %d tokens (code %d: %s)",
+                        (int) b_tok.size(), (int) rc, why);
         }
         return E3_OK;
     }
 
-    // hand the first n entries of the decoded batch to the session
-    int batch_process(int32_t n, char * err, size_t n_err) {
-        if (!spec || plain) {
+    // hands the first n rows of the decoded batch to the session
+    int batch_process(int32_t n, double & t_process, e3_error * err) {
+        if (!drafting() || n <= 0) {
             return E3_OK;
         }
         const auto t0 = clock_type::now();
-        const int status = e3_spec_process(spec, n, b_tok.data(), b_pos.data(), b_seq.data(), err, n_err);
-        stats.t_process_s += seconds_since(t0);
-        return status;
-    }
-
-    int batch_run(double & t_decode, char * err, size_t n_err) {
-        if (int rc = batch_decode(t_decode, err, n_err)) {
-            return rc;
-        }
-        return batch_process((int32_t) b_tok.size(), err, n_err);
+        const int rc = e3_spec_process(spec, n, b_tok.data(), b_pos.data(), b_seq.data(), err);
+        t_process += seconds_since(t0);
+        return rc;
     }
 
     int32_t sample_row(sequence & s, int32_t row) {
         const auto t0 = clock_type::now();
         const float * logits = llama_get_logits_ith(ctx, row);
         const int32_t token = logits ? smpl.sample(logits, n_vocab, sampling, s.rng) : 0;
-        stats.t_sample_s += seconds_since(t0);
+        const double dt = seconds_since(t0);
+        s.tally.c.t_sample_s += dt;
+        total.c.t_sample_s += dt;
         return token;
     }
 
     // appends one generated token; returns false once the sequence is done
     bool emit(sequence & s, int32_t token) {
         s.out[s.n_out++] = token;
-        stats.n_generated++;
+        s.tally.c.n_generated++;
+        total.c.n_generated++;
         if (llama_vocab_is_eog(vocab, token) ||
             std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end()) {
-            s.finish = E3_FINISH_STOP;
-            return false;
+            return finish(s, E3_FINISH_STOP);
         }
-        if (!stop_strings.empty()) {
-            const int32_t n = llama_token_to_piece(vocab, token, piece, sizeof(piece), 0, false);
-            if (n > 0) {
-                const size_t from = s.text.size();
-                s.text.append(piece, n);
-                for (const auto & stop : stop_strings) {
-                    const size_t start = from >= stop.size() ? from - stop.size() + 1 : 0;
-                    if (s.text.find(stop, start) != std::string::npos) {
-                        s.finish = E3_FINISH_STOP;
-                        return false;
-                    }
-                }
-            }
+        if (!stop_strings.empty() && hits_stop_string(s, token)) {
+            return finish(s, E3_FINISH_STOP);
         }
         if (s.n_out >= max_new) {
-            s.finish = E3_FINISH_LENGTH;
-            return false;
+            return finish(s, E3_FINISH_LENGTH);
         }
         return true;
     }
 
+    bool hits_stop_string(sequence & s, int32_t token) {
+        const int32_t n = llama_token_to_piece(vocab, token, piece, sizeof(piece), 0, false);
+        if (n <= 0) {
+            return false;
+        }
+        const size_t from = s.text.size();
+        s.text.append(piece, n);
+        for (const auto & stop : stop_strings) {
+            const size_t start = from >= stop.size() ? from - stop.size() + 1 : 0;
+            if (s.text.find(stop, start) != std::string::npos) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    bool finish(sequence & s, int32_t reason) {
+        s.finish = reason;
+        s.tally.c.t_total_s = seconds_since(t_start);
+        return false;
+    }
+
     int32_t draft_cap(const sequence & s) const {
-        if (!spec || plain) {
+        if (!drafting()) {
             return 0;
         }
         const int32_t room_ctx = n_ctx_seq - s.n_past - 1;  // positions n_past .. n_past + cap
@@ -359,9 +368,13 @@ struct e3_engine {
     }
 };
 
-extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, char * err, size_t n_err) {
+// ---------------------------------------------------------------------------
+// Starting a generation: check the request, reset the sequences, prefill
+// ---------------------------------------------------------------------------
+
+extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, e3_error * err) {
     if (!ctx_tgt) {
-        fail(err, n_err, E3_ERR_ARG, "no target context");
+        fail(err, E3_ERR_ARG, "no target context");
         return nullptr;
     }
     try {
@@ -372,17 +385,23 @@ extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec,
         e->n_vocab = llama_vocab_n_tokens(e->vocab);
         e->n_batch = (int32_t) llama_n_batch(ctx_tgt);
         e->n_ctx_seq = (int32_t) llama_n_ctx_seq(ctx_tgt);
-        e->n_draft_spec = spec ? e3_spec_n_draft_max(spec) : 0;
-        e->n_min = spec ? std::max(e3_spec_n_min(spec), 1) : 1;
+        e->n_seq_limit = (int32_t) llama_n_seq_max(ctx_tgt);
+        if (spec) {
+            e3_spec_info info{};
+            e3_spec_get_info(spec, &info);
+            e->n_seq_limit = info.n_seq;
+            e->n_draft_spec = info.n_draft_max;
+            e->n_min = std::max(info.n_min, 1);
+        }
         e->batch = llama_batch_ext_init(ctx_tgt);
         if (!e->batch) {
             delete e;
-            fail(err, n_err, E3_ERR_INIT, "could not allocate a batch");
+            fail(err, E3_ERR_INIT, "could not allocate a batch");
             return nullptr;
         }
         return e;
     } catch (const std::exception & ex) {
-        fail(err, n_err, E3_ERR_EXCEPTION, "%s", ex.what());
+        fail(err, E3_ERR_EXCEPTION, "%s", ex.what());
     }
     return nullptr;
 }
@@ -395,70 +414,71 @@ extern "C" void e3_engine_free(e3_engine * e) {
     delete e;
 }
 
-static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, const int32_t * const * prompts,
-                        const int32_t * n_prompt, int32_t max_new, int32_t * const * out,
-                        const e3_sampling * sampling, const int32_t * stop_tokens, int32_t n_stop_tokens,
-                        const char * const * stop_strings, int32_t n_stop_strings, int32_t n_draft,
-                        int32_t adaptive, char * err, size_t n_err) {
-    const int32_t n_seq_limit = e->spec ? e3_spec_n_seq(e->spec) : (int32_t) llama_n_seq_max(e->ctx);
-    if (n_req <= 0 || n_req > n_seq_limit) {
-        return fail(err, n_err, E3_ERR_ARG, "%d sequences requested; this %s handles 1 to %d", (int) n_req,
-                    e->spec ? "session" : "context", (int) n_seq_limit);
+static int check_request(const e3_engine * e, const e3_request & r, e3_error * err) {
+    if (r.n_seq <= 0 || r.n_seq > e->n_seq_limit || !r.seq_ids || !r.prompts || !r.n_prompt || !r.out) {
+        return fail(err, E3_ERR_ARG, "a generation needs 1..%d prompts (the %s's sequences)", (int) e->n_seq_limit,
+                    e->spec ? "session" : "context");
     }
-    if (!e->spec && n_req > e->n_batch) {
-        return fail(err, n_err, E3_ERR_ARG, "%d sequences do not fit one batch (n_batch = %d)", (int) n_req,
+    if (!e->spec && r.n_seq > e->n_batch) {
+        return fail(err, E3_ERR_ARG, "%d sequences do not fit one batch (n_batch = %d)", (int) r.n_seq,
                     (int) e->n_batch);
     }
-    if (max_new <= 0) {
-        return fail(err, n_err, E3_ERR_ARG, "max_new_tokens must be > 0");
+    if (r.max_new <= 0) {
+        return fail(err, E3_ERR_ARG, "max_new_tokens must be > 0");
     }
-    if (!sampling || !(sampling->top_p > 0.0f) || !(sampling->min_p <= 1.0f) || std::isnan(sampling->temperature)) {
-        return fail(err, n_err, E3_ERR_ARG, "invalid sampling settings");
+    const e3_sampling & smp = r.sampling;
+    if (!(smp.top_p > 0.0f) || !(smp.min_p <= 1.0f) || std::isnan(smp.temperature)) {
+        return fail(err, E3_ERR_ARG, "invalid sampling settings");
     }
-    if (e->spec && (n_draft < 0 || n_draft > e->n_draft_spec)) {
-        return fail(err, n_err, E3_ERR_ARG, "n_draft must be in [0, %d]", (int) e->n_draft_spec);
+    if (e->spec && (r.n_draft < E3_DRAFT_AUTO || r.n_draft > e->n_draft_spec)) {
+        return fail(err, E3_ERR_ARG, "n_draft must be in [0, %d] or auto", (int) e->n_draft_spec);
     }
-    if (e->spec && n_draft > 0 && n_draft < e->n_min) {
-        return fail(err, n_err, E3_ERR_ARG, "n_draft_max = %d is below the session's n_min = %d: every draft would "
-                    "be dropped", (int) n_draft, (int) e->n_min);
+    if (e->spec && r.n_draft > 0 && r.n_draft < e->n_min) {
+        return fail(err, E3_ERR_ARG, "n_draft_max = %d is below the session's n_min = %d: every draft would be "
+                    "dropped", (int) r.n_draft, (int) e->n_min);
     }
-    std::vector<char> seen(n_seq_limit, 0);
-    for (int32_t i = 0; i < n_req; ++i) {
-        if (seq_ids[i] < 0 || seq_ids[i] >= n_seq_limit || seen[seq_ids[i]]) {
-            return fail(err, n_err, E3_ERR_SEQ, "sequence id %d out of range or repeated", (int) seq_ids[i]);
+    std::vector<char> seen(e->n_seq_limit, 0);
+    for (int32_t i = 0; i < r.n_seq; ++i) {
+        const int32_t seq = r.seq_ids[i];
+        if (seq < 0 || seq >= e->n_seq_limit || seen[seq]) {
+            return fail(err, E3_ERR_SEQ, "sequence id %d out of range or repeated", (int) seq);
         }
-        seen[seq_ids[i]] = 1;
-        if (n_prompt[i] <= 0) {
-            return fail(err, n_err, E3_ERR_ARG, "prompt %d is empty", (int) i);
+        seen[seq] = 1;
+        if (r.n_prompt[i] <= 0) {
+            return fail(err, E3_ERR_ARG, "prompt %d is empty", (int) i);
         }
-        if (n_prompt[i] >= e->n_ctx_seq) {
-            return fail(err, n_err, E3_ERR_ARG, "prompt %d has %d tokens; the context holds %d per sequence",
-                        (int) i, (int) n_prompt[i], (int) e->n_ctx_seq);
+        if (r.n_prompt[i] >= e->n_ctx_seq) {
+            return fail(err, E3_ERR_ARG, "prompt %d has %d tokens; the context holds %d per sequence", (int) i,
+                        (int) r.n_prompt[i], (int) e->n_ctx_seq);
         }
-        for (int32_t k = 0; k < n_prompt[i]; ++k) {
-            if (prompts[i][k] < 0 || prompts[i][k] >= e->n_vocab) {
-                return fail(err, n_err, E3_ERR_ARG, "prompt %d has token %d outside the vocabulary (0..%d)", (int) i,
-                            (int) prompts[i][k], (int) e->n_vocab - 1);
+        for (int32_t k = 0; k < r.n_prompt[i]; ++k) {
+            if (r.prompts[i][k] < 0 || r.prompts[i][k] >= e->n_vocab) {
+                return fail(err, E3_ERR_ARG, "prompt %d has token %d outside the vocabulary (0..%d)", (int) i,
+                            (int) r.prompts[i][k], (int) e->n_vocab - 1);
             }
         }
     }
-    for (int32_t k = 0; k < n_stop_tokens; ++k) {
-        if (stop_tokens[k] < 0 || stop_tokens[k] >= e->n_vocab) {
-            return fail(err, n_err, E3_ERR_ARG, "stop token %d outside the vocabulary", (int) stop_tokens[k]);
+    for (int32_t k = 0; k < r.n_stop_tokens; ++k) {
+        if (r.stop_tokens[k] < 0 || r.stop_tokens[k] >= e->n_vocab) {
+            return fail(err, E3_ERR_ARG, "stop token %d outside the vocabulary", (int) r.stop_tokens[k]);
         }
     }
+    return E3_OK;
+}
 
-    e->max_new = max_new;
-    e->sampling = *sampling;
-    e->stop_tokens.assign(stop_tokens, stop_tokens + n_stop_tokens);
+// the generation's settings, the adaptive state, and a fresh start for each sequence
+static void setup(e3_engine * e, const e3_request & r) {
+    e->max_new = r.max_new;
+    e->sampling = r.sampling;
+    e->stop_tokens.assign(r.stop_tokens, r.stop_tokens + r.n_stop_tokens);
     e->stop_strings.clear();
-    for (int32_t k = 0; k < n_stop_strings; ++k) {
-        if (stop_strings[k] && stop_strings[k][0]) {
-            e->stop_strings.emplace_back(stop_strings[k]);
+    for (int32_t k = 0; k < r.n_stop_strings; ++k) {
+        if (r.stop_strings[k] && r.stop_strings[k][0]) {
+            e->stop_strings.emplace_back(r.stop_strings[k]);
         }
     }
-    e->n_draft = e->spec ? (n_draft > 0 ? n_draft : e->n_draft_spec) : 0;
-    e->adaptive = adaptive != 0 && e->spec;
+    e->adaptive = r.n_draft == E3_DRAFT_AUTO && e->spec;
+    e->n_draft = e->spec ? (r.n_draft > 0 ? r.n_draft : e->n_draft_spec) : 0;
     if (e->adaptive) {
         if (e->n_adaptive++ % draft_tuner::relearn_every == 0) {
             e->tuner.reset(e->n_draft);
@@ -466,93 +486,287 @@ static int engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids, c
             e->tuner.carry_over(e->n_draft);
         }
     }
-    e->best_cap = e->adaptive ? e->tuner.best(e->n_min, e->n_draft, n_req) : -1;
+    e->best_cap = e->adaptive ? e->tuner.best(e->n_min, e->n_draft, r.n_seq) : -1;
     e->plain = e->best_cap == 0;
-    e->stats = e3_gen_stats{};
-    e->per_pos.assign(std::max(e->n_draft_spec, 1), 0);
-    e->draft_lengths.assign(e->n_draft_spec + 1, 0);
+    e->total = e3::tally(e->n_draft_spec);
     e->t_start = clock_type::now();
 
-    e->seqs.assign(n_req, sequence{});
+    const int32_t first_cap = !e->adaptive     ? e->n_draft
+                              : e->best_cap > 0 ? e->best_cap
+                                                : std::max(std::min(2, e->n_draft), e->n_min);
+    e->seqs.assign(r.n_seq, sequence{});
     llama_memory_t mem = llama_get_memory(e->ctx);
-    for (int32_t i = 0; i < n_req; ++i) {
+    for (int32_t i = 0; i < r.n_seq; ++i) {
         sequence & s = e->seqs[i];
-        s.seq_id = seq_ids[i];
-        s.out = out[i];
-        s.cap = !e->adaptive ? e->n_draft : e->best_cap > 0 ? e->best_cap : std::max(std::min(2, e->n_draft), e->n_min);
-        s.rng.seed(mix_seed(sampling->seed + (uint64_t) i));
+        s.seq_id = r.seq_ids[i];
+        s.out = r.out[i];
+        s.cap = first_cap;
+        s.tally = e3::tally(e->n_draft_spec);
+        s.rng.seed(mix_seed(r.sampling.seed + (uint64_t) i));
         llama_memory_seq_rm(mem, s.seq_id, -1, -1);
         if (e->spec) {
-            // the draft side of a sequence starts over with it
-            e3_spec_reset_seq(e->spec, s.seq_id);
+            e3_spec_reset_seq(e->spec, s.seq_id);  // the draft side of a sequence starts over with it
         }
     }
+}
 
-    // prefill: chunks of n_batch over all prompts; sample each first token
-    // from the chunk holding its prompt's last token
+// chunks of n_batch over all prompts; each first token is sampled from the
+// chunk that holds its prompt's last token
+static int prefill(e3_engine * e, const e3_request & r, e3_error * err) {
     const auto t0 = clock_type::now();
-    double t_decode = 0.0;
+    double t_decode = 0.0, t_process = 0.0;
     e->batch_clear();
-    std::vector<std::pair<int32_t, int32_t>> ready;  // (request, row) sampled after this chunk
-    for (int32_t i = 0; i < n_req; ++i) {
-        for (int32_t k = 0; k < n_prompt[i]; ++k) {
-            const bool last = k == n_prompt[i] - 1;
+    std::vector<std::pair<int32_t, int32_t>> ready;  // (request, row) to sample after this chunk
+    for (int32_t i = 0; i < r.n_seq; ++i) {
+        for (int32_t k = 0; k < r.n_prompt[i]; ++k) {
+            const bool last = k == r.n_prompt[i] - 1;
             if (last) {
                 ready.emplace_back(i, (int32_t) e->b_tok.size());
             }
-            if (int rc = e->batch_add(seq_ids[i], prompts[i][k], k, last, err, n_err)) {
+            if (int rc = e->batch_add(r.seq_ids[i], r.prompts[i][k], k, last, err)) {
                 return rc;
             }
-            const bool end = last && i == n_req - 1;
-            if ((int32_t) e->b_tok.size() == e->n_batch || end) {
-                if (int rc = e->batch_run(t_decode, err, n_err)) {
-                    return rc;
-                }
-                for (auto [req, row] : ready) {
-                    sequence & s = e->seqs[req];
-                    s.n_past = n_prompt[req];
-                    s.id_last = e->sample_row(s, row);
-                    e->emit(s, s.id_last);
-                }
-                ready.clear();
-                e->batch_clear();
+            if ((int32_t) e->b_tok.size() < e->n_batch && !(last && i == r.n_seq - 1)) {
+                continue;
             }
+            if (int rc = e->batch_decode(t_decode, err)) {
+                return rc;
+            }
+            if (int rc = e->batch_process((int32_t) e->b_tok.size(), t_process, err)) {
+                return rc;
+            }
+            for (auto [req, row] : ready) {
+                sequence & s = e->seqs[req];
+                s.n_past = r.n_prompt[req];
+                s.id_last = e->sample_row(s, row);
+                e->emit(s, s.id_last);
+            }
+            ready.clear();
+            e->batch_clear();
         }
-        e->stats.n_prompt += n_prompt[i];
     }
-    for (int32_t i = 0; e->spec && !e->plain && i < n_req; ++i) {
-        e3_spec_begin(e->spec, seq_ids[i], prompts[i], n_prompt[i], nullptr, 0);
+    for (int32_t i = 0; e->drafting() && i < r.n_seq; ++i) {
+        e3_spec_begin(e->spec, r.seq_ids[i], r.prompts[i], r.n_prompt[i], nullptr);
     }
-    e->stats.t_prefill_s = seconds_since(t0);
-    e->stats.t_process_s = 0.0;  // the prompts' process is prefill time; t_process_s counts the rounds'
+    const double dt = seconds_since(t0);  // the prompts' process is prefill time
+    e->total.c.t_prefill_s = dt;
+    for (int32_t i = 0; i < r.n_seq; ++i) {
+        e->seqs[i].tally.c.n_prompt = r.n_prompt[i];
+        e->seqs[i].tally.c.t_prefill_s = dt;
+        e->total.c.n_prompt += r.n_prompt[i];
+    }
     return E3_OK;
 }
 
-extern "C" int e3_engine_start(e3_engine * e, int32_t n_req, const int32_t * seq_ids,
-                               const int32_t * const * prompts, const int32_t * n_prompt, int32_t max_new,
-                               int32_t * const * out, const e3_sampling * sampling, const int32_t * stop_tokens,
-                               int32_t n_stop_tokens, const char * const * stop_strings, int32_t n_stop_strings,
-                               int32_t n_draft, int32_t adaptive, char * err, size_t n_err) {
+extern "C" int e3_engine_start(e3_engine * e, const e3_request * r, e3_error * err) {
     if (!e) {
-        return fail(err, n_err, E3_ERR_STATE, "the engine is closed");
+        return fail(err, E3_ERR_STATE, "the engine is closed");
+    }
+    if (!r) {
+        return fail(err, E3_ERR_ARG, "no request");
     }
     try {
-        const int rc = engine_start(e, n_req, seq_ids, prompts, n_prompt, max_new, out, sampling, stop_tokens,
-                                    n_stop_tokens, stop_strings, n_stop_strings, n_draft, adaptive, err, n_err);
+        int rc = check_request(e, *r, err);
+        if (rc == E3_OK) {
+            setup(e, *r);
+            rc = prefill(e, *r, err);
+        }
         if (rc != E3_OK) {
             e->seqs.clear();
         }
         return rc;
     } catch (const std::exception & ex) {
         e->seqs.clear();
-        return fail(err, n_err, E3_ERR_EXCEPTION, "%s", ex.what());
+        return fail(err, E3_ERR_EXCEPTION, "%s", ex.what());
     }
 }
 
-// adaptive: measure this round, then pick the next draft length
+// ---------------------------------------------------------------------------
+// A round, in phases: plan -> draft -> verify -> sample -> process -> commit
+// ---------------------------------------------------------------------------
+
+// which sequences take part and how much each may draft; returns the live count
+static int32_t plan(e3_engine * e, bool probe) {
+    e->d_seq.clear();
+    e->d_past.clear();
+    e->d_last.clear();
+    e->d_cap.clear();
+    e->d_owner.clear();
+    int32_t n_live = 0;
+    for (int32_t i = 0; i < (int32_t) e->seqs.size(); ++i) {
+        sequence & s = e->seqs[i];
+        s.live = false;
+        s.drafted = false;
+        s.draft_len = 0;
+        s.draft = nullptr;
+        if (s.finish != E3_RUNNING) {
+            continue;
+        }
+        if (s.n_past >= e->n_ctx_seq) {
+            e->finish(s, E3_FINISH_CONTEXT);
+            continue;
+        }
+        s.live = true;
+        n_live++;
+        const int32_t cap = probe ? 0 : e->draft_cap(s);
+        if (cap > 0) {
+            e->d_seq.push_back(s.seq_id);
+            e->d_past.push_back(s.n_past);
+            e->d_last.push_back(s.id_last);
+            e->d_cap.push_back(cap);
+            e->d_owner.push_back(i);
+        }
+    }
+    return n_live;
+}
+
+// one draft call for every planned request
+static int draft(e3_engine * e, e3_error * err) {
+    const int32_t n_req = (int32_t) e->d_seq.size();
+    if (n_req == 0) {
+        return E3_OK;
+    }
+    const int32_t stride = std::max(e->n_draft_spec, 1);
+    e->d_out.assign((size_t) n_req * stride, 0);
+    e->d_len.assign(n_req, 0);
+    const auto t0 = clock_type::now();
+    const int rc = e3_spec_draft(e->spec, n_req, e->d_seq.data(), e->d_past.data(), e->d_last.data(),
+                                 e->d_cap.data(), e->d_out.data(), stride, e->d_len.data(), err);
+    const double dt = seconds_since(t0) / n_req;
+    if (rc != E3_OK) {
+        return rc;
+    }
+    for (int32_t r = 0; r < n_req; ++r) {
+        sequence & s = e->seqs[e->d_owner[r]];
+        s.drafted = true;
+        s.draft_len = std::min(e->d_len[r], e->d_cap[r]);
+        s.draft = e->d_out.data() + (size_t) r * stride;
+        s.tally.add_draft(s.draft_len, dt);
+        e->total.add_draft(s.draft_len, dt);
+    }
+    return E3_OK;
+}
+
+// one target pass over every live sequence's last token and drafts
+static int verify(e3_engine * e, e3_error * err) {
+    e->batch_clear();
+    for (sequence & s : e->seqs) {
+        if (!s.live) {
+            continue;
+        }
+        s.row0 = (int32_t) e->b_tok.size();
+        if (int rc = e->batch_add(s.seq_id, s.id_last, s.n_past, true, err)) {
+            return rc;
+        }
+        for (int32_t k = 0; k < s.draft_len; ++k) {
+            if (int rc = e->batch_add(s.seq_id, s.draft[k], s.n_past + 1 + k, true, err)) {
+                return rc;
+            }
+        }
+    }
+    double t_verify = 0.0;
+    const int rc = e->batch_decode(t_verify, err);
+    e->total.c.t_verify_s += t_verify;
+    e->total.c.n_rounds++;
+    e->total.c.n_plain_rounds += e->plain;
+    for (sequence & s : e->seqs) {
+        if (s.live) {
+            s.tally.c.t_verify_s += t_verify;
+            s.tally.c.n_rounds++;
+            s.tally.c.n_plain_rounds += e->plain;
+        }
+    }
+    return rc;
+}
+
+// the target's token at each verified row, while the drafts agree with it
+static void sample(e3_engine * e) {
+    for (sequence & s : e->seqs) {
+        if (!s.live) {
+            continue;
+        }
+        s.accepted.clear();
+        for (int32_t k = 0;; ++k) {
+            const int32_t token = e->sample_row(s, s.row0 + k);
+            s.accepted.push_back(token);
+            if (k == s.draft_len || token != s.draft[k]) {
+                break;
+            }
+        }
+    }
+}
+
+// the session reads the target's hidden states of the verified rows, up to
+// the last one that is kept (the rows of rejected drafts after it would only
+// be dropped again)
+static int process(e3_engine * e, e3_error * err) {
+    int32_t n_rows = 0;
+    int32_t n_seq = 0;
+    for (const sequence & s : e->seqs) {
+        if (s.live) {
+            n_rows = s.row0 + (int32_t) s.accepted.size();
+            n_seq++;
+        }
+    }
+    double t_process = 0.0;
+    const int rc = e->batch_process(n_rows, t_process, err);
+    if (e->drafting()) {
+        e->total.c.t_process_s += t_process;
+        e->total.c.n_process_calls += n_seq;
+        for (sequence & s : e->seqs) {
+            if (s.live) {
+                s.tally.c.t_process_s += t_process;
+                s.tally.c.n_process_calls++;
+            }
+        }
+    }
+    return rc;
+}
+
+// tell the session what was accepted, move each sequence on, trim rejected
+// drafts from the target's cache and emit the tokens; returns the live count
+static int commit(e3_engine * e, int32_t & n_left, e3_error * err) {
+    llama_memory_t mem = llama_get_memory(e->ctx);
+    n_left = 0;
+    for (sequence & s : e->seqs) {
+        if (!s.live) {
+            continue;
+        }
+        const int32_t n_acc = (int32_t) s.accepted.size() - 1;
+        s.tally.add_round(s.draft_len, n_acc);
+        e->total.add_round(s.draft_len, n_acc);
+        if (s.drafted) {
+            if (int rc = e3_spec_accept(e->spec, s.seq_id, n_acc, err)) {
+                return rc;
+            }
+            if (e->adaptive) {
+                e->tuner.add_draft(s.draft_len, n_acc);
+                // one longer after a full accept (to keep learning the next
+                // position); after a rejection, the tuner's length or, until it
+                // decides, the accepted length + 1
+                const int32_t base = e->best_cap > 0 ? e->best_cap : std::max(e->n_min, n_acc + 1);
+                s.cap = n_acc == s.draft_len ? std::min(s.cap + 1, e->n_draft) : base;
+            }
+        }
+        s.n_past += n_acc + 1;
+        if (n_acc < s.draft_len) {
+            llama_memory_seq_rm(mem, s.seq_id, s.n_past, -1);  // the rejected drafts
+        }
+        for (int32_t token : s.accepted) {
+            if (!e->emit(s, token)) {
+                break;
+            }
+        }
+        s.id_last = s.accepted.back();
+        n_left += s.finish == E3_RUNNING;
+    }
+    return E3_OK;
+}
+
+// adaptive: learn from this round, then pick the next draft length
 static void tune(e3_engine * e, bool probe, double t_round, double t_process, int32_t n_drafted, int32_t n_left) {
     if (probe) {
-        e->tuner.add_probe(e->stats.n_rounds - 1, t_round, t_process);
+        e->tuner.add_probe(e->total.c.n_rounds - 1, t_round, t_process);
     } else {
         e->tuner.add_round(t_round, n_drafted);
     }
@@ -575,177 +789,56 @@ static void tune(e3_engine * e, bool probe, double t_round, double t_process, in
 
 // One round for every live sequence. In plain mode (adaptive, when drafting
 // does not pay) the same round runs without drafts and without process.
-static int engine_step(e3_engine * e, char * err, size_t n_err) {
+static int engine_step(e3_engine * e, e3_error * err) {
     const bool tuning = e->adaptive && !e->plain;
-    const auto t_round0 = clock_type::now();
-    const double t_process0 = e->stats.t_process_s;
+    const auto t0 = clock_type::now();
+    const double t_process0 = e->total.c.t_process_s;
+    const int64_t n_drafted0 = e->total.c.n_drafted;
     // adaptive: now and then a round without drafts, to measure what one costs
-    const bool probe = tuning && e->tuner.probe_due(e->stats.n_rounds);
-    int32_t n_drafted = 0;
+    const bool probe = tuning && e->tuner.probe_due(e->total.c.n_rounds);
 
-    // 1. draft for every live sequence with room for it, in one call
-    e->d_seq.clear();
-    e->d_past.clear();
-    e->d_last.clear();
-    e->d_cap.clear();
-    e->d_owner.clear();
-    int32_t n_live = 0;
-    for (int32_t i = 0; i < (int32_t) e->seqs.size(); ++i) {
-        sequence & s = e->seqs[i];
-        s.draft_len = 0;
-        s.drafted = false;
-        if (s.finish != E3_RUNNING) {
-            continue;
-        }
-        if (s.n_past >= e->n_ctx_seq) {
-            s.finish = E3_FINISH_CONTEXT;
-            continue;
-        }
-        n_live++;
-        const int32_t cap = probe ? 0 : e->draft_cap(s);
-        if (cap > 0) {
-            e->d_seq.push_back(s.seq_id);
-            e->d_past.push_back(s.n_past);
-            e->d_last.push_back(s.id_last);
-            e->d_cap.push_back(cap);
-            e->d_owner.push_back(i);
-        }
-    }
-    if (n_live == 0) {
+    if (plan(e, probe) == 0) {
         return 0;
     }
-    const int32_t n_req = (int32_t) e->d_seq.size();
-    const int32_t stride = std::max(e->n_draft_spec, 1);
-    if (n_req > 0) {
-        e->d_out.assign((size_t) n_req * stride, 0);
-        e->d_len.assign(n_req, 0);
-        const auto t0 = clock_type::now();
-        const int rc = e3_spec_draft(e->spec, n_req, e->d_seq.data(), e->d_past.data(), e->d_last.data(),
-                                     e->d_cap.data(), e->d_out.data(), stride, e->d_len.data(), err, n_err);
-        e->stats.t_draft_s += seconds_since(t0);
-        if (rc != E3_OK) {
-            return rc;
-        }
-        for (int32_t r = 0; r < n_req; ++r) {
-            sequence & s = e->seqs[e->d_owner[r]];
-            s.draft_len = std::min(e->d_len[r], e->d_cap[r]);
-            s.drafted = true;
-            n_drafted += s.draft_len;
-            e->stats.n_draft_calls++;
-            e->stats.n_drafted += s.draft_len;
-        }
+    int32_t n_left = 0;
+    int rc = draft(e, err);
+    rc = rc ? rc : verify(e, err);
+    if (rc == E3_OK) {
+        sample(e);
+        rc = process(e, err);
     }
-
-    // 2. verify: one batch with every live sequence's last token and drafts
-    e->batch_clear();
-    for (int32_t i = 0; i < (int32_t) e->seqs.size(); ++i) {
-        sequence & s = e->seqs[i];
-        if (s.finish != E3_RUNNING) {
-            continue;
-        }
-        s.row0 = (int32_t) e->b_tok.size();
-        if (int rc = e->batch_add(s.seq_id, s.id_last, s.n_past, true, err, n_err)) {
-            return rc;
-        }
-        const int32_t * draft = nullptr;
-        if (s.drafted) {
-            const auto r = std::find(e->d_owner.begin(), e->d_owner.end(), i) - e->d_owner.begin();
-            draft = e->d_out.data() + (size_t) r * stride;
-        }
-        for (int32_t k = 0; k < s.draft_len; ++k) {
-            if (int rc = e->batch_add(s.seq_id, draft[k], s.n_past + 1 + k, true, err, n_err)) {
-                return rc;
-            }
-        }
-    }
-    // With one sequence the session only needs the rows that will be kept:
-    // process() runs after verification, on the accepted prefix (the draft
-    // side then skips the rejected rows; the state it keeps is the same).
-    const bool process_after = n_live == 1;
-    if (int rc = process_after ? e->batch_decode(e->stats.t_verify_s, err, n_err)
-                               : e->batch_run(e->stats.t_verify_s, err, n_err)) {
+    rc = rc ? rc : commit(e, n_left, err);
+    if (rc != E3_OK) {
         return rc;
     }
-    e->stats.n_rounds++;
-    e->stats.n_plain_rounds += e->plain;
-
-    // 3. accept: sample the target at each drafted position while it agrees
-    llama_memory_t mem = llama_get_memory(e->ctx);
-    int32_t n_left = 0;
-    for (int32_t i = 0; i < (int32_t) e->seqs.size(); ++i) {
-        sequence & s = e->seqs[i];
-        if (s.finish != E3_RUNNING) {
-            continue;
-        }
-        e->stats.n_seq_rounds++;
-        e->draft_lengths[std::min<size_t>(s.draft_len, e->draft_lengths.size() - 1)]++;
-        e->accepted.clear();
-        for (int32_t k = 0;; ++k) {
-            const int32_t token = e->sample_row(s, s.row0 + k);
-            e->accepted.push_back(token);
-            if (k == s.draft_len || token != e->b_tok[s.row0 + 1 + k]) {
-                break;
-            }
-        }
-        const int32_t n_acc = (int32_t) e->accepted.size() - 1;
-        if (process_after) {
-            if (int rc = e->batch_process(s.row0 + n_acc + 1, err, n_err)) {
-                return rc;
-            }
-        }
-        if (s.drafted) {
-            if (int rc = e3_spec_accept(e->spec, s.seq_id, n_acc, err, n_err)) {
-                return rc;
-            }
-            e->stats.n_accepted += n_acc;
-            for (int32_t k = 0; k < n_acc && k < (int32_t) e->per_pos.size(); ++k) {
-                e->per_pos[k]++;
-            }
-            if (e->adaptive) {
-                e->tuner.add_draft(s.draft_len, n_acc);
-                // one longer after a full accept (to keep learning the next
-                // position); after a rejection, the tuner's length or, until it
-                // decides, the accepted length + 1
-                const int32_t base = e->best_cap > 0 ? e->best_cap : std::max(e->n_min, n_acc + 1);
-                s.cap = n_acc == s.draft_len ? std::min(s.cap + 1, e->n_draft) : base;
-            }
-        }
-        s.n_past += n_acc + 1;
-        if (n_acc < s.draft_len) {
-            llama_memory_seq_rm(mem, s.seq_id, s.n_past, -1);  // the rejected drafts
-        }
-        for (int32_t token : e->accepted) {
-            if (!e->emit(s, token)) {
-                break;
-            }
-        }
-        s.id_last = e->accepted.back();
-        if (s.finish == E3_RUNNING) {
-            n_left++;
-        }
-    }
     if (tuning) {
-        tune(e, probe, seconds_since(t_round0), e->stats.t_process_s - t_process0, n_drafted, n_left);
+        tune(e, probe, seconds_since(t0), e->total.c.t_process_s - t_process0,
+             (int32_t) (e->total.c.n_drafted - n_drafted0), n_left);
     }
     return n_left;
 }
 
-extern "C" int e3_engine_step(e3_engine * e, char * err, size_t n_err) {
+extern "C" int e3_engine_step(e3_engine * e, e3_error * err) {
     if (!e) {
-        return fail(err, n_err, E3_ERR_STATE, "the engine is closed");
+        return fail(err, E3_ERR_STATE, "the engine is closed");
     }
     try {
-        const int rc = engine_step(e, err, n_err);
-        e->stats.t_total_s = seconds_since(e->t_start);
+        const int rc = engine_step(e, err);
+        e->total.c.t_total_s = seconds_since(e->t_start);
+        for (sequence & s : e->seqs) {
+            if (s.finish == E3_RUNNING) {
+                s.tally.c.t_total_s = e->total.c.t_total_s;
+            }
+        }
         return rc;
     } catch (const std::exception & ex) {
-        return fail(err, n_err, E3_ERR_EXCEPTION, "%s", ex.what());
+        return fail(err, E3_ERR_EXCEPTION, "%s", ex.what());
     }
 }
 
-extern "C" int e3_engine_run(e3_engine * e, char * err, size_t n_err) {
+extern "C" int e3_engine_run(e3_engine * e, e3_error * err) {
     int rc;
-    while ((rc = e3_engine_step(e, err, n_err)) > 0) {
+    while ((rc = e3_engine_step(e, err)) > 0) {
     }
     return rc < 0 ? rc : E3_OK;
 }
@@ -758,20 +851,14 @@ extern "C" int32_t e3_engine_finish(const e3_engine * e, int32_t i) {
     return e && i >= 0 && i < (int32_t) e->seqs.size() ? e->seqs[i].finish : E3_RUNNING;
 }
 
-extern "C" void e3_engine_stats(const e3_engine * e, e3_gen_stats * out) {
-    if (e && out) {
-        *out = e->stats;
-    }
-}
-
-extern "C" void e3_engine_draft_lengths(const e3_engine * e, int64_t * out, int32_t n) {
-    for (int32_t k = 0; k < n; ++k) {
-        out[k] = e && k < (int32_t) e->draft_lengths.size() ? e->draft_lengths[k] : 0;
-    }
-}
-
-extern "C" void e3_engine_accept_per_pos(const e3_engine * e, int64_t * out, int32_t n) {
-    for (int32_t k = 0; k < n; ++k) {
-        out[k] = e && k < (int32_t) e->per_pos.size() ? e->per_pos[k] : 0;
+extern "C" void e3_engine_counters(const e3_engine * e, int32_t i, e3_counters * out, const e3_histograms * hist) {
+    if (!e) {
+        e3::tally().copy_to(out, hist);
+    } else if (i < 0) {
+        e->total.copy_to(out, hist);
+    } else if (i < (int32_t) e->seqs.size()) {
+        e->seqs[i].tally.copy_to(out, hist);
+    } else {
+        e3::tally().copy_to(out, hist);
     }
 }

@@ -3,11 +3,13 @@
  *
  * This is the only interface the Python extension uses to reach the C++
  * speculative-decoding code. Every entry point catches C++ exceptions and
- * validates the arguments that would otherwise make llama.cpp abort, so a
- * caller gets an error code and a message instead of a dead process.
+ * checks the call arguments that would otherwise make llama.cpp abort, so a
+ * caller gets a status and a message instead of a dead process. Facts about
+ * the model files themselves (layer ids, hidden sizes, vocabularies) are
+ * checked from their GGUF headers before a session is made (eagle3.compat).
  *
- * Return codes: E3_OK (0) on success, a negative E3_ERR_* otherwise. When a
- * function fails it writes a NUL-terminated message into `err` (if non-NULL).
+ * Return codes: E3_OK (0) on success, a negative e3_status otherwise. A
+ * failing call fills the caller's e3_error (if non-NULL).
  */
 #ifndef EAGLE3_SHIM_H
 #define EAGLE3_SHIM_H
@@ -21,7 +23,7 @@
 extern "C" {
 #endif
 
-enum e3_spec_type {
+enum e3_spec_kind {
     E3_SPEC_EAGLE3 = 0, /* separate EAGLE-3 draft model fed with target hidden states */
     E3_SPEC_MTP    = 1, /* NextN (multi-token prediction) heads inside the target */
 };
@@ -34,88 +36,126 @@ enum e3_status {
     E3_ERR_ARG        = -4, /* another argument out of range */
     E3_ERR_STATE      = -5, /* call out of order (e.g. accept without draft) */
     E3_ERR_EXCEPTION  = -6, /* an unexpected C++ exception was caught */
+    E3_ERR_DECODE     = -7, /* a target decode failed */
+    E3_ERR_CONFIG     = -8, /* a session configuration value out of range */
 };
 
+/* What went wrong: the status, the offending sequence id and its bound
+ * (for E3_ERR_SEQ, else -1 and 0), and a message. */
+typedef struct e3_error {
+    int     status;
+    int32_t seq_id;
+    int32_t n_seq;
+    char    message[1024];
+} e3_error;
+
+/* llama.cpp's own limits (LLAMA_MAX_SEQ, LLAMA_MAX_LAYERS). */
+int32_t e3_max_seq(void);
+int32_t e3_max_layers(void);
+
 typedef struct e3_spec_config {
-    uint32_t n_seq;       /* number of sequences the session tracks (>= 1) */
-    int32_t  n_draft_max; /* maximum draft length per draft call (>= 1) */
-    int32_t  n_min;       /* drafts shorter than this are dropped (>= 0) */
-    float    p_min;       /* stop drafting below this top-candidate probability */
-    int32_t  type;        /* enum e3_spec_type */
+    uint32_t n_seq;       /* number of sequences the session tracks, 1..e3_max_seq() */
+    int32_t  n_draft_max; /* maximum draft length per draft call, 1..65535 */
+    int32_t  n_min;       /* drafts shorter than this are dropped, 0..n_draft_max */
+    float    p_min;       /* stop drafting below this top-candidate probability, 0..1 */
+    int32_t  kind;        /* enum e3_spec_kind */
 } e3_spec_config;
 
-/* Counters of one sequence, or of the whole session (seq_id = -1). */
-typedef struct e3_spec_counters {
-    uint64_t n_draft_calls;  /* draft requests for this sequence */
-    uint64_t n_drafted;      /* tokens proposed */
-    uint64_t n_accept_calls; /* accept() calls */
-    uint64_t n_accepted;     /* draft tokens accepted */
-    uint64_t n_process_calls;
-    double   t_process_us;
-    double   t_draft_us;
-    double   t_accept_us;
-} e3_spec_counters;
+/* E3_OK, or E3_ERR_CONFIG with the value that is out of range. */
+int e3_spec_check_config(const e3_spec_config * cfg, e3_error * err);
+
+/* Counters of drafting and generation. One struct for every owner: a
+ * session keeps one per sequence (the drafting fields), a generation one per
+ * request and one for the whole call. Derived figures (acceptance, tau) are
+ * defined once, in eagle3.stats. */
+typedef struct e3_counters {
+    int64_t n_prompt;        /* prompt tokens decoded */
+    int64_t n_generated;     /* tokens generated */
+    int64_t n_rounds;        /* target verify passes */
+    int64_t n_seq_rounds;    /* sequences verified, summed over the passes (a session: accept() calls) */
+    int64_t n_plain_rounds;  /* sequence-rounds decoded without a draft because drafting did not pay */
+    int64_t n_draft_calls;   /* drafts requested */
+    int64_t n_drafted;       /* tokens drafted */
+    int64_t n_accepted;      /* drafted tokens accepted */
+    int64_t n_process_calls; /* process() calls, per sequence */
+    double  t_prefill_s;
+    double  t_draft_s;
+    double  t_verify_s;      /* target decodes of verify batches */
+    double  t_process_s;
+    double  t_accept_s;
+    double  t_sample_s;
+    double  t_total_s;
+} e3_counters;
+
+/* Histograms beside the counters, of n_hist entries each (n_draft_max + 1):
+ * accepted_per_pos[k]: sequence-rounds that accepted more than k drafted tokens;
+ * draft_lengths[k]: sequence-rounds that verified a draft of k tokens. */
+typedef struct e3_histograms {
+    int64_t * accepted_per_pos;
+    int64_t * draft_lengths;
+    int32_t   n_hist;
+} e3_histograms;
 
 typedef struct e3_spec e3_spec;
 
+/* What a session is, as llama.cpp set it up. */
+typedef struct e3_spec_info {
+    int32_t kind;
+    int32_t n_seq;
+    int32_t n_draft_max;       /* effective (MTP may clamp the configured value) */
+    int32_t n_min;
+    int32_t need_embd;         /* post-norm embeddings on the target (llama_set_embeddings) */
+    int32_t need_embd_pre_norm;/* pre-norm hidden states on the target (set up by the session) */
+} e3_spec_info;
+
 /* Creates a session over a target context and a draft context (the EAGLE-3
  * draft context, or the MTP context of the target model). Returns NULL on
- * failure with the reason in `err`. Create it before the first target decode
- * whose batch will be passed to e3_spec_process(). */
+ * failure. Create it before the first target decode whose batch will be
+ * passed to e3_spec_process(). */
 e3_spec * e3_spec_create(struct llama_context * ctx_tgt, struct llama_context * ctx_dft,
-                         const e3_spec_config * cfg, char * err, size_t n_err);
+                         const e3_spec_config * cfg, e3_error * err);
 
 /* Frees the session. Must run before the draft context is freed. NULL-safe. */
 void e3_spec_free(e3_spec * spec);
 
-int32_t e3_spec_n_seq(const e3_spec * spec);
-int32_t e3_spec_n_draft_max(const e3_spec * spec);
-int32_t e3_spec_n_min(const e3_spec * spec);
-int32_t e3_spec_type(const e3_spec * spec);
+void e3_spec_get_info(const e3_spec * spec, e3_spec_info * out);
 
 /* Optional: the prompt just decoded into the target for seq_id. */
-int e3_spec_begin(e3_spec * spec, int32_t seq_id, const int32_t * prompt, int32_t n_prompt,
-                  char * err, size_t n_err);
+int e3_spec_begin(e3_spec * spec, int32_t seq_id, const int32_t * prompt, int32_t n_prompt, e3_error * err);
 
 /* Hands the session the batch that was just decoded on the target context:
- * n_tokens entries of (token, position, first sequence id). Every sequence id
- * must be in [0, n_seq); per-sequence entries must be contiguous. */
-int e3_spec_process(e3_spec * spec, int32_t n_tokens, const int32_t * tokens,
-                    const int32_t * pos, const int32_t * seq_ids, char * err, size_t n_err);
+ * n_tokens entries of (token, position, first sequence id), the first
+ * n_tokens rows of that batch. Every sequence id must be in [0, n_seq);
+ * per-sequence entries must be contiguous. */
+int e3_spec_process(e3_spec * spec, int32_t n_tokens, const int32_t * tokens, const int32_t * pos,
+                    const int32_t * seq_ids, e3_error * err);
 
 /* Drafts for n_req sequences in one call. For request i: seq_ids[i], n_past[i]
  * (tokens in the target KV of that sequence), id_last[i] (last sampled token,
- * not yet decoded) and n_max[i] (cap, <= 0 for the session's n_draft_max).
- * Writes the draft of request i to out + i * out_stride and its length to
- * out_len[i]; out_stride must be >= the session's n_draft_max. */
-int e3_spec_draft(e3_spec * spec, int32_t n_req, const int32_t * seq_ids,
-                  const int32_t * n_past, const int32_t * id_last, const int32_t * n_max,
-                  int32_t * out, int32_t out_stride, int32_t * out_len,
-                  char * err, size_t n_err);
+ * not yet decoded) and n_max[i] (cap, <= 0 for the session's n_draft_max;
+ * n_max may be NULL). Writes the draft of request i to out + i * out_stride
+ * and its length to out_len[i]; out_stride must be >= the session's
+ * n_draft_max. */
+int e3_spec_draft(e3_spec * spec, int32_t n_req, const int32_t * seq_ids, const int32_t * n_past,
+                  const int32_t * id_last, const int32_t * n_max, int32_t * out, int32_t out_stride,
+                  int32_t * out_len, e3_error * err);
 
 /* Reports how many tokens of the last draft of seq_id the target accepted.
  * Requires a draft for seq_id since the previous accept, and
  * 0 <= n_accepted <= its length. */
-int e3_spec_accept(e3_spec * spec, int32_t seq_id, int32_t n_accepted, char * err, size_t n_err);
+int e3_spec_accept(e3_spec * spec, int32_t seq_id, int32_t n_accepted, e3_error * err);
 
 /* Forgets seq_id's draft state and clears its draft-side KV cache, for a new
  * generation on that sequence. */
 int e3_spec_reset_seq(e3_spec * spec, int32_t seq_id);
 
-/* Length of the draft awaiting accept() for seq_id, or -1 if none. */
-int32_t e3_spec_pending(const e3_spec * spec, int32_t seq_id);
-
-/* Counters of seq_id, or summed over all sequences when seq_id < 0. */
-int e3_spec_counters_get(const e3_spec * spec, int32_t seq_id, e3_spec_counters * out);
-
-/* Accepted-length histogram: out[k] = accept() calls that accepted more than
- * k tokens (k < n). Summed over all sequences when seq_id < 0. */
-int e3_spec_accept_per_pos(const e3_spec * spec, int32_t seq_id, int64_t * out, int32_t n);
-
+/* Counters of seq_id, or summed over all sequences when seq_id < 0; hist may be NULL. */
+int e3_spec_counters(const e3_spec * spec, int32_t seq_id, e3_counters * out, const e3_histograms * hist,
+                     e3_error * err);
 void e3_spec_reset_counters(e3_spec * spec);
 
-/* Logs upstream's statistics line and the session's own counters. */
-void e3_spec_print_stats(const e3_spec * spec);
+/* Logs upstream's own statistics line (common/ at trace verbosity). */
+void e3_spec_print_upstream_stats(const e3_spec * spec);
 
 /* EAGLE-3 support of a target architecture (general.architecture): 0 none,
  * 1 its layer inputs (target layer ids < n_layer), 2 also its final hidden
