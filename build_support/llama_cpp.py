@@ -3,9 +3,13 @@
 Meson runs this script in two ways:
 
 ``fetch DEST``
-    Make sure the llama-cpp-python 0.3.36 source distribution (which vendors
-    llama.cpp at upstream commit 0c1e57098) is in DEST, verified by sha256.
-    pip downloads it, so pip's own configuration decides where from.
+    Make sure the pinned llama-cpp-python source distribution (which vendors
+    llama.cpp; subprojects/llama.cpp.wrap names it) is in DEST, verified by
+    sha256. pip downloads it, so pip's own configuration decides where from.
+
+``facts``
+    Print the pinned facts meson needs, one ``name=value`` per line: the
+    sdist's folder, the upstream commit, and the static libraries to link.
 
 ``build --cmake CMAKE --source SRC --build-dir DIR --out-dir OUT [...]``
     Configure llama.cpp with CMake once, then build the static libraries the
@@ -16,6 +20,7 @@ Meson runs this script in two ways:
 from __future__ import annotations
 
 import argparse
+import configparser
 import hashlib
 import json
 import os
@@ -26,13 +31,27 @@ import sys
 import tempfile
 from pathlib import Path
 
+# The pinned source: subprojects/llama.cpp.wrap names the archive, its folder
+# and its sha256 (meson reads the same file); the upstream commit it vendors
+# is stated here once.
+WRAP = Path(__file__).resolve().parent.parent / "subprojects" / "llama.cpp.wrap"
+PINNED_COMMIT = "0c1e57098"
 SDIST_NAME = "llama-cpp-python"
-SDIST_VERSION = "0.3.36"
-SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
-SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+
+
+def _wrap() -> dict[str, str]:
+    parser = configparser.ConfigParser()
+    parser.read(WRAP)
+    return dict(parser["wrap-file"])
+
+
+SDIST_FILE = _wrap()["source_filename"]
+SDIST_DIRECTORY = _wrap()["directory"]
+SDIST_SHA256 = _wrap()["source_hash"]
+SDIST_VERSION = SDIST_DIRECTORY.rsplit("-", 1)[1]
 
 # Static libraries produced by `cmake --build --target llama-common`, in link
-# order (dependents before their dependencies). meson.build lists the same.
+# order (dependents before their dependencies); meson.build asks for this list.
 LIBRARIES = (
     "libllama-common.a",
     "libllama-common-base.a",
@@ -71,7 +90,7 @@ def fetch(dest: Path) -> None:
         print(f"eagle3: {archive} has the wrong sha256; downloading it again", file=sys.stderr)
         archive.unlink()
 
-    print(f"eagle3: downloading the {SDIST_NAME}=={SDIST_VERSION} source (llama.cpp 0c1e57098) with pip",
+    print(f"eagle3: downloading the {SDIST_NAME}=={SDIST_VERSION} source (llama.cpp {PINNED_COMMIT}) with pip",
           file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", SDIST_NAME,
@@ -186,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
 
     p_fetch = sub.add_parser("fetch", help="put the pinned llama.cpp source archive into DEST")
     p_fetch.add_argument("dest", type=Path)
+    sub.add_parser("facts", help="print the pinned source's folder, commit and libraries for meson")
 
     p_build = sub.add_parser("build", help="build llama.cpp's static libraries")
     p_build.add_argument("--cmake", default="cmake")
@@ -207,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "fetch":
         fetch(args.dest)
+    elif args.command == "facts":
+        print(f"directory={SDIST_DIRECTORY}\ncommit={PINNED_COMMIT}\nlibraries={','.join(LIBRARIES)}")
     else:
         build(args.cmake, args.source, args.build_dir, args.out_dir, args.native == "true", args.build_type,
               args.jobs, tuple(args.targets or ("llama-common",)), args.examples, args.amx == "true",

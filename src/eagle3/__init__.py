@@ -3,7 +3,7 @@
 The public API, re-exported from the modules that define it.
 """
 
-from eagle3 import _logging, errors
+from eagle3 import _build_config, _logging, errors
 from eagle3._core import Batch, read_gguf, system_info
 from eagle3.compat import PairReport, Problem, check_pair
 from eagle3.context import Context
@@ -13,7 +13,7 @@ from eagle3.model import Model
 from eagle3.quantize import quantize
 from eagle3.session import Eagle3Session, Eagle3SessionConfig, MtpSession
 
-__version__ = "0.1.0"
+__version__ = _build_config.VERSION
 
 __all__ = [
     "Batch",
