@@ -21,21 +21,23 @@ import numpy as np
 import eagle3
 
 
-def speculative_generate(session, target, prompt, n_predict):
-    """Greedy speculative decoding of ``n_predict`` tokens after ``prompt`` (sequence 0)."""
-    batch = eagle3.Batch(max(len(prompt), session.n_draft_max + 1))
-    batch.add_sequence(prompt)                 # prefill: logits for the last token only
+def speculative_generate(session, target, prompt, n_predict, seq_id=0):
+    """Greedy speculative decoding of ``n_predict`` tokens after ``prompt`` on ``seq_id``,
+    whose KV cache (on both contexts) must be empty."""
+    prompt = np.asarray(prompt, dtype=np.int32)
+    batch = eagle3.Batch(max(len(prompt), session.n_draft_max + 1), n_seq_max=target.n_seq_max)
+    batch.add_sequence(prompt, 0, seq_id)      # prefill: logits for the last token only
     target.decode(batch)
     session.process(batch)                     # the draft reads the target's hidden states
-    session.begin(0, prompt)
+    session.begin(seq_id, prompt)
     n_past, id_last = len(prompt), target.argmax(-1)
     out = []
     while len(out) < n_predict:
-        draft = session.draft(0, n_past, id_last)
+        draft = session.draft(seq_id, n_past, id_last)
         batch.clear()                          # verify: id_last plus every drafted token
-        batch.add(id_last, n_past, 0, True)
+        batch.add(id_last, n_past, seq_id, True)
         for i, token in enumerate(draft):
-            batch.add(int(token), n_past + 1 + i, 0, True)
+            batch.add(int(token), n_past + 1 + i, seq_id, True)
         target.decode(batch)
         session.process(batch)
         accepted = []                          # greedy verification
@@ -45,16 +47,18 @@ def speculative_generate(session, target, prompt, n_predict):
                 break
         else:
             accepted.append(target.argmax(len(draft)))
-        session.accept(0, len(accepted) - 1)   # the last one is the target's own token
+        session.accept(seq_id, len(accepted) - 1)  # the last one is the target's own token
         out += [id_last] + accepted[:-1]
         n_past += len(accepted)
         id_last = accepted[-1]
-        target.seq_rm(0, n_past)               # drop the rejected drafts from the target's cache
+        target.seq_rm(seq_id, n_past)          # drop the rejected drafts from the target's cache
     return out[:n_predict]
 
 
-def greedy_generate(model, prompt, n_predict):
-    with eagle3.Context(model) as ctx:
+def greedy_generate(model, prompt, n_predict, n_ctx=512):
+    """Plain greedy decoding, one token per target pass."""
+    prompt = np.asarray(prompt, dtype=np.int32)
+    with eagle3.Context(model, n_ctx=n_ctx) as ctx:
         ctx.decode(eagle3.Batch.from_tokens(prompt))
         out = [ctx.argmax(-1)]
         while len(out) < n_predict:
