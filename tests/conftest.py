@@ -81,6 +81,17 @@ def spec_setup(tiny_models):
     tctx.close()
 
 
+@pytest.fixture
+def chain_session(models):
+    """A session of 4 sequences over the chain pair (whose drafts are mostly accepted)."""
+    target, draft = models["chain"]
+    tctx = eagle3.Context(target, n_ctx=512, n_seq_max=4)
+    dctx = eagle3.Context(draft, other=tctx)
+    session = eagle3.Eagle3Session(tctx, dctx, n_seq=4, n_draft_max=6)
+    yield session
+    tctx.close()
+
+
 def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter, so that an abort cannot take the suite down."""
     env = dict(os.environ)

@@ -11,16 +11,6 @@ import eagle3
 from eagle3 import stats
 
 
-@pytest.fixture
-def chain_session(models):
-    target, draft = models["chain"]
-    tctx = eagle3.Context(target, n_ctx=512, n_seq_max=4)
-    dctx = eagle3.Context(draft, other=tctx)
-    session = eagle3.Eagle3Session(tctx, dctx, n_seq=4, n_draft_max=5)
-    yield session
-    tctx.close()
-
-
 def test_each_sequence_of_a_batch_has_its_own_counters(chain_session):
     batch = chain_session.generate_batch([[5, 6, 7], [1, 2], list(range(40, 50))], 30)
     per_seq = [g.stats for g in batch]

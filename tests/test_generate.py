@@ -11,16 +11,6 @@ from helpers import greedy, prompts
 N_NEW = 40
 
 
-@pytest.fixture
-def chain_session(models):
-    target, draft = models["chain"]
-    tctx = eagle3.Context(target, n_ctx=512, n_seq_max=4)
-    dctx = eagle3.Context(draft, other=tctx)
-    session = eagle3.Eagle3Session(tctx, dctx, n_seq=4, n_draft_max=6)
-    yield session
-    tctx.close()
-
-
 @pytest.mark.parametrize("pair", ["random", "random-d2t", "random-own-embd", "chain", "chain-d2t"])
 @pytest.mark.parametrize("n_draft_max", [1, 3, 8, "auto"])
 def test_greedy_generate_equals_greedy_decoding(models, pair, n_draft_max):

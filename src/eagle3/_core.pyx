@@ -164,6 +164,31 @@ _GGUF_TYPE_NAMES = {
 }
 
 
+cdef tuple _gguf_value(const gguf_context * g, int64_t i):
+    """Key ``i``'s value (numeric arrays as read-only NumPy arrays, string arrays as tuples) and type name."""
+    cdef gguf_type t = gguf_get_kv_type(g, i)
+    cdef gguf_type at
+    cdef int64_t j, n
+    if t == GGUF_TYPE_STRING:
+        return gguf_get_val_str(g, i).decode("utf-8", "replace"), "string"
+    if t != GGUF_TYPE_ARRAY:
+        return _gguf_scalar(g, i, t), _GGUF_TYPE_NAMES.get(t, "?")
+    at = gguf_get_arr_type(g, i)
+    n = <int64_t> gguf_get_arr_n(g, i)
+    type_name = f"array[{_GGUF_TYPE_NAMES.get(at, '?')}]"
+    if at == GGUF_TYPE_STRING:
+        return tuple(gguf_get_arr_str(g, i, j).decode("utf-8", "replace") for j in range(n)), type_name
+    if at not in _GGUF_NUMPY:
+        return None, type_name
+    dtype = np.dtype(_GGUF_NUMPY[at])
+    if n == 0:
+        arr = np.empty(0, dtype=dtype)
+    else:
+        arr = np.frombuffer((<const char *> gguf_get_arr_data(g, i))[:n * dtype.itemsize], dtype=dtype).copy()
+    arr.flags.writeable = False
+    return arr, type_name
+
+
 TensorInfo = namedtuple("TensorInfo", "shape type offset nbytes")
 
 
@@ -187,8 +212,7 @@ def read_gguf(path):
         g = gguf_init_from_file(cpath, params)
     if g == NULL:
         raise ModelLoadError(f"{path!s}: not a readable GGUF file (missing, truncated or corrupt)")
-    cdef int64_t i, j, n
-    cdef gguf_type t, at
+    cdef int64_t i, j
     cdef const int64_t * ne
     metadata = {}
     types = {}
@@ -196,30 +220,7 @@ def read_gguf(path):
     try:
         for i in range(gguf_get_n_kv(g)):
             key = gguf_get_key(g, i).decode("utf-8", "replace")
-            t = gguf_get_kv_type(g, i)
-            if t == GGUF_TYPE_STRING:
-                metadata[key] = gguf_get_val_str(g, i).decode("utf-8", "replace")
-                types[key] = "string"
-            elif t == GGUF_TYPE_ARRAY:
-                at = gguf_get_arr_type(g, i)
-                n = <int64_t> gguf_get_arr_n(g, i)
-                types[key] = f"array[{_GGUF_TYPE_NAMES.get(at, '?')}]"
-                if at == GGUF_TYPE_STRING:
-                    metadata[key] = tuple(gguf_get_arr_str(g, i, j).decode("utf-8", "replace") for j in range(n))
-                elif at in _GGUF_NUMPY:
-                    dtype = np.dtype(_GGUF_NUMPY[at])
-                    if n == 0:
-                        arr = np.empty(0, dtype=dtype)
-                    else:
-                        arr = np.frombuffer((<const char *> gguf_get_arr_data(g, i))[:n * dtype.itemsize],
-                                            dtype=dtype).copy()
-                    arr.flags.writeable = False
-                    metadata[key] = arr
-                else:
-                    metadata[key] = None
-            else:
-                metadata[key] = _gguf_scalar(g, i, t)
-                types[key] = _GGUF_TYPE_NAMES.get(t, "?")
+            metadata[key], types[key] = _gguf_value(g, i)
         for i in range(gguf_get_n_tensors(g)):
             name = gguf_get_tensor_name(g, i).decode("utf-8", "replace")
             ne = gguf_get_tensor_ne(g, i)
@@ -431,8 +432,8 @@ cdef class Batch:
     def __cinit__(self, int capacity, int n_seq_max=1):
         if capacity <= 0:
             raise BatchError(f"capacity must be > 0, got {capacity}")
-        if n_seq_max <= 0 or n_seq_max > 256:
-            raise BatchError(f"n_seq_max must be in [1, 256], got {n_seq_max}")
+        if n_seq_max <= 0 or n_seq_max > e3_max_seq():
+            raise BatchError(f"n_seq_max must be in [1, {e3_max_seq()}], got {n_seq_max}")
         self.capacity = capacity
         self.n_seq_max = n_seq_max
         self.n = 0
@@ -703,10 +704,10 @@ cdef class ContextHandle:
             raise BadSeqIdError(seq_id, self.n_seq_max)
         return 0
 
-    def decode(self, Batch batch):
-        """Decode ``batch``; raises DecodeError with the reason on failure."""
+    cdef int32_t _check_batch(self, Batch batch) except -1:
+        """Refuse a batch llama.cpp would abort on; returns its number of outputs."""
         cdef int32_t n = batch.n
-        cdef int32_t i, k, s, idx, n_out = 0
+        cdef int32_t i, k, s, n_out = 0
         cdef int32_t n_vocab = self.model.n_vocab
         if n == 0:
             raise DecodeError("the batch is empty")
@@ -739,7 +740,13 @@ cdef class ContextHandle:
             raise DecodeError(
                 "this decode needs a larger logits buffer, but logits views from an earlier decode are still "
                 "alive; delete them or keep copies (np.array(view)) instead")
+        return n_out
 
+    def decode(self, Batch batch):
+        """Decode ``batch``; raises DecodeError with the reason on failure."""
+        cdef int32_t n_out = self._check_batch(batch)
+        cdef int32_t n = batch.n
+        cdef int32_t i, k, idx
         llama_batch_ext_clear(self.bext)
         for i in range(n):
             idx = llama_batch_ext_add_token(self.bext, batch._seq[i, 0], batch._tokens[i])

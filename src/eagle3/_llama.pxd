@@ -81,7 +81,6 @@ cdef extern from "llama.h" nogil:
     uint32_t llama_n_seq_max(const llama_context * ctx)
     int32_t llama_n_threads(llama_context * ctx)
 
-    const llama_model * llama_get_model(const llama_context * ctx)
     llama_memory_t llama_get_memory(const llama_context * ctx)
     const llama_vocab * llama_model_get_vocab(const llama_model * model)
 
@@ -94,10 +93,6 @@ cdef extern from "llama.h" nogil:
     uint64_t llama_model_size(const llama_model * model)
     uint64_t llama_model_n_params(const llama_model * model)
     int32_t llama_model_desc(const llama_model * model, char * buf, size_t buf_size)
-    int32_t llama_model_meta_val_str(const llama_model * model, const char * key, char * buf, size_t buf_size)
-    int32_t llama_model_meta_count(const llama_model * model)
-    int32_t llama_model_meta_key_by_index(const llama_model * model, int32_t i, char * buf, size_t buf_size)
-    int32_t llama_model_meta_val_str_by_index(const llama_model * model, int32_t i, char * buf, size_t buf_size)
 
     int llama_vocab_type(const llama_vocab * vocab)
     int32_t llama_vocab_n_tokens(const llama_vocab * vocab)

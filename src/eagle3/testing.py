@@ -183,6 +183,50 @@ def default_target_layers(n_layer: int) -> tuple[int, int, int]:
     return (min(1, n_layer - 1), n_layer // 2, n_layer - 1)
 
 
+def _draft_layer(target: TargetSpec, spec: DraftSpec, rng: np.random.Generator,
+                 draft_ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The draft's output head rows and its one decoder layer: random, or aligned with a chain target."""
+    E = spec.n_embd if spec.n_embd is not None else target.n_embd
+    V, F, D = target.n_vocab, spec.n_ff, E // spec.n_head
+    kv = spec.n_head_kv * D
+    if spec.weights == "aligned":
+        emb = _embeddings(target)
+        nxt = chain_map(target).copy()
+        wrong = _rng(spec.seed + 11).random(V) >= spec.agreement
+        nxt[wrong] = (nxt[wrong] + 1 + _rng(spec.seed + 13).integers(0, V - 1, wrong.sum())) % V
+        # logits row of token j is emb[t] for the t whose draft successor is j
+        full = np.zeros((V, E), np.float32)
+        full[nxt] = emb
+        eye = np.eye(E, dtype=np.float32)
+        zero = np.zeros((E, E), np.float32)
+        scale = 4.0  # sharp attention: each position reads its own token
+        return full[draft_ids], {
+            "attn_norm.weight": np.ones(E, np.float32),
+            "attn_norm_2.weight": np.zeros(E, np.float32),
+            "attn_q.weight": np.concatenate([scale * eye, zero], axis=1),
+            "attn_k.weight": np.concatenate([scale * eye, zero], axis=1),
+            "attn_v.weight": np.concatenate([eye, zero], axis=1),
+            "attn_output.weight": eye,
+            "ffn_norm.weight": np.ones(E, np.float32),
+            "ffn_gate.weight": _dense(rng, F, E),
+            "ffn_up.weight": _dense(rng, F, E),
+            "ffn_down.weight": np.zeros((E, F), np.float32),
+        }
+    output = _dense(rng, len(draft_ids), E, 4.0)
+    return output, {
+        "attn_norm.weight": np.ones(E, np.float32),
+        "attn_norm_2.weight": np.ones(E, np.float32),
+        "attn_q.weight": _dense(rng, spec.n_head * D, 2 * E),
+        "attn_k.weight": _dense(rng, kv, 2 * E),
+        "attn_v.weight": _dense(rng, kv, 2 * E),
+        "attn_output.weight": _dense(rng, E, spec.n_head * D),
+        "ffn_norm.weight": np.ones(E, np.float32),
+        "ffn_gate.weight": _dense(rng, F, E),
+        "ffn_up.weight": _dense(rng, F, E),
+        "ffn_down.weight": _dense(rng, E, F),
+    }
+
+
 def write_eagle3_draft(path: str | os.PathLike, target: TargetSpec = TargetSpec(),
                        spec: DraftSpec = DraftSpec()) -> Path:
     """Write an ``eagle3`` draft GGUF for a target of shape ``target``."""
@@ -191,8 +235,6 @@ def write_eagle3_draft(path: str | os.PathLike, target: TargetSpec = TargetSpec(
     rng = _rng(spec.seed + 101)
     E = spec.n_embd if spec.n_embd is not None else target.n_embd
     Et, V, F = target.n_embd, target.n_vocab, spec.n_ff
-    D = E // spec.n_head
-    kv = spec.n_head_kv * D
     own_output = spec.own_output
     if own_output is None:
         own_output = spec.own_embeddings or spec.d2t is not None or spec.weights == "aligned"
@@ -231,44 +273,7 @@ def write_eagle3_draft(path: str | os.PathLike, target: TargetSpec = TargetSpec(
     if spec.norm_before_fc:
         tensors["enc.output_norm.weight"] = np.ones(3 * Et, np.float32)
     tensors["output_norm.weight"] = np.ones(E, np.float32)
-    if spec.weights == "aligned":
-        emb = _embeddings(target)
-        nxt = chain_map(target).copy()
-        wrong = _rng(spec.seed + 11).random(V) >= spec.agreement
-        nxt[wrong] = (nxt[wrong] + 1 + _rng(spec.seed + 13).integers(0, V - 1, wrong.sum())) % V
-        # logits row of token j is emb[t] for the t whose draft successor is j
-        full = np.zeros((V, E), np.float32)
-        full[nxt] = emb
-        output = full[draft_ids]
-        eye = np.eye(E, dtype=np.float32)
-        zero = np.zeros((E, E), np.float32)
-        scale = 4.0  # sharp attention: each position reads its own token
-        blk = {
-            "attn_norm.weight": np.ones(E, np.float32),
-            "attn_norm_2.weight": np.zeros(E, np.float32),
-            "attn_q.weight": np.concatenate([scale * eye, zero], axis=1),
-            "attn_k.weight": np.concatenate([scale * eye, zero], axis=1),
-            "attn_v.weight": np.concatenate([eye, zero], axis=1),
-            "attn_output.weight": eye,
-            "ffn_norm.weight": np.ones(E, np.float32),
-            "ffn_gate.weight": _dense(rng, F, E),
-            "ffn_up.weight": _dense(rng, F, E),
-            "ffn_down.weight": np.zeros((E, F), np.float32),
-        }
-    else:
-        output = _dense(rng, len(draft_ids), E, 4.0)
-        blk = {
-            "attn_norm.weight": np.ones(E, np.float32),
-            "attn_norm_2.weight": np.ones(E, np.float32),
-            "attn_q.weight": _dense(rng, spec.n_head * D, 2 * E),
-            "attn_k.weight": _dense(rng, kv, 2 * E),
-            "attn_v.weight": _dense(rng, kv, 2 * E),
-            "attn_output.weight": _dense(rng, E, spec.n_head * D),
-            "ffn_norm.weight": np.ones(E, np.float32),
-            "ffn_gate.weight": _dense(rng, F, E),
-            "ffn_up.weight": _dense(rng, F, E),
-            "ffn_down.weight": _dense(rng, E, F),
-        }
+    output, blk = _draft_layer(target, spec, rng, draft_ids)
     if own_output:
         tensors["output.weight"] = output
     if spec.d2t is not None:
