@@ -1232,15 +1232,19 @@ cdef class Pair:
         self._ready_for_engine()
         if self.engine is None:
             self.engine = EngineHandle(self.target_ctx, self.session)
-        outputs = [np.zeros(max(settings.max_new_tokens, 1), dtype=np.int32) for _ in prompts]
+        # a sequence ends when its context is full: it never holds more than n_ctx tokens
+        room = max(1, min(settings.max_new_tokens, <int64_t> self.target_ctx.n_ctx))
+        outputs = [np.zeros(room, dtype=np.int32) for _ in prompts]
         cdef _Request request = _Request(seq_ids, prompts, outputs, settings)
-        self.engine.outputs = outputs
-        self.n_generations += 1
         cdef e3_error err
         cdef int rc
         _log_reset()
         with nogil:
             rc = e3_engine_start(self.engine.ptr, &request.req, &err)
+        if rc == E3_ERR_ARG or rc == E3_ERR_SEQ:
+            _raise_shim(&err)  # refused: nothing changed, a generation in progress goes on
+        self.engine.outputs = outputs  # C writes into them from now on
+        self.n_generations += 1
         self._engine_done(rc, &err)
         return self.n_generations
 

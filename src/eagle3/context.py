@@ -184,7 +184,7 @@ class Context(Resource):
         """Plain decoding of several prompts at once, one per sequence (at most ``n_seq_max``)."""
         if isinstance(prompts, str) or "n_draft_max" in kwargs:
             raise ArgumentTypeError("prompts is a list of prompts; plain decoding has no n_draft_max")
-        s = generation.settings(max_new_tokens, n_draft_max=None, session_n_draft_max=0, **kwargs)
+        s = generation.settings(max_new_tokens, n_draft_max=None, **kwargs)
         prompts = [generation.prompt_tokens(self.model, p) for p in prompts]
         if not 1 <= len(prompts) <= self.n_seq_max:
             raise InvalidArgumentError(f"{len(prompts)} prompts; this context holds 1 to {self.n_seq_max} sequences")

@@ -93,20 +93,15 @@ class Settings:
 
 
 def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p: Any = 1.0, min_p: Any = 0.0,
-             seed: Any = None, stop_tokens: Any = (), stop_strings: Any = (), n_draft_max: Any = None,
-             session_n_draft_max: int = 0) -> Settings:
-    max_new = as_int(max_new_tokens, "max_new_tokens", 1)
+             seed: Any = None, stop_tokens: Any = (), stop_strings: Any = (), n_draft_max: Any = None) -> Settings:
+    # types here; the ranges are the engine's (e3_engine_start)
+    max_new = as_int(max_new_tokens, "max_new_tokens")
     floats = {}
-    for name, value, lo, hi in (("temperature", temperature, 0.0, 1e6), ("top_p", top_p, 0.0, 1.0),
-                                ("min_p", min_p, 0.0, 1.0)):
+    for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise ArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
-        if not lo <= float(value) <= hi:
-            raise InvalidArgumentError(f"{name} must be in [{lo}, {hi}], got {value}")
         floats[name] = float(value)
-    if floats["top_p"] <= 0.0:
-        raise InvalidArgumentError("top_p must be > 0")
-    top_k = as_int(top_k, "top_k", 0)
+    top_k = as_int(top_k, "top_k")
     seed = int.from_bytes(os.urandom(8), "little") if seed is None else as_int(seed, "seed", 0, 2**64 - 1)
     if isinstance(stop_strings, str):
         stop_strings = (stop_strings,)
@@ -119,7 +114,7 @@ def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p:
     elif n_draft_max is None:
         n_draft = 0
     else:
-        n_draft = as_int(n_draft_max, "n_draft_max", 1, max(session_n_draft_max, 1))
+        n_draft = as_int(n_draft_max, "n_draft_max", 1)  # (0 stands for None)
     return Settings(max_new, floats["temperature"], top_k, floats["top_p"], floats["min_p"], seed, tokens, strings,
                     n_draft)
 

@@ -216,7 +216,7 @@ class _SpeculativeSession(Resource):
     # -- whole generations, looped in C -------------------------------------
 
     def _settings(self, max_new_tokens, kwargs) -> generation.Settings:
-        return generation.settings(max_new_tokens, session_n_draft_max=self._live().n_draft_max, **kwargs)
+        return generation.settings(max_new_tokens, **kwargs)
 
     def _generate(self, prompts, max_new_tokens, kwargs) -> BatchGeneration:
         s = self._settings(max_new_tokens, kwargs)

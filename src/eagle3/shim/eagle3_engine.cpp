@@ -272,7 +272,7 @@ struct e3_engine {
     int batch_add(int32_t seq, int32_t token, int32_t pos, bool output, e3_error * err) {
         const int32_t idx = llama_batch_ext_add_token(batch, seq, token);
         if (idx < 0) {
-            return fail(err, E3_ERR_ARG, "llama.cpp refused batch entry (token %d, sequence %d): code %d",
+            return fail(err, E3_ERR_DECODE, "llama.cpp refused batch entry (token %d, sequence %d): code %d",
                         (int) token, (int) seq, (int) idx);
         }
         llama_batch_ext_set_pos(batch, idx, &pos);
@@ -414,6 +414,22 @@ extern "C" void e3_engine_free(e3_engine * e) {
     delete e;
 }
 
+static int check_sampling(const e3_sampling & s, e3_error * err) {
+    if (!(s.temperature >= 0.0f && s.temperature <= 1e6f)) {
+        return fail(err, E3_ERR_ARG, "temperature must be in [0.0, 1000000.0], got %g", (double) s.temperature);
+    }
+    if (s.top_k < 0) {
+        return fail(err, E3_ERR_ARG, "top_k = %d must be >= 0 (0: off)", (int) s.top_k);
+    }
+    if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
+        return fail(err, E3_ERR_ARG, "top_p must be in (0.0, 1.0], got %g", (double) s.top_p);
+    }
+    if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
+        return fail(err, E3_ERR_ARG, "min_p must be in [0.0, 1.0], got %g", (double) s.min_p);
+    }
+    return E3_OK;
+}
+
 static int check_request(const e3_engine * e, const e3_request & r, e3_error * err) {
     if (r.n_seq <= 0 || r.n_seq > e->n_seq_limit || !r.seq_ids || !r.prompts || !r.n_prompt || !r.out) {
         return fail(err, E3_ERR_ARG, "a generation needs 1..%d prompts (the %s's sequences)", (int) e->n_seq_limit,
@@ -426,12 +442,12 @@ static int check_request(const e3_engine * e, const e3_request & r, e3_error * e
     if (r.max_new <= 0) {
         return fail(err, E3_ERR_ARG, "max_new_tokens must be > 0");
     }
-    const e3_sampling & smp = r.sampling;
-    if (!(smp.top_p > 0.0f) || !(smp.min_p <= 1.0f) || std::isnan(smp.temperature)) {
-        return fail(err, E3_ERR_ARG, "invalid sampling settings");
+    if (int rc = check_sampling(r.sampling, err)) {
+        return rc;
     }
     if (e->spec && (r.n_draft < E3_DRAFT_AUTO || r.n_draft > e->n_draft_spec)) {
-        return fail(err, E3_ERR_ARG, "n_draft must be in [0, %d] or auto", (int) e->n_draft_spec);
+        return fail(err, E3_ERR_ARG, "n_draft_max = %d is outside [1, %d] (the session's n_draft_max)",
+                    (int) r.n_draft, (int) e->n_draft_spec);
     }
     if (e->spec && r.n_draft > 0 && r.n_draft < e->n_min) {
         return fail(err, E3_ERR_ARG, "n_draft_max = %d is below the session's n_min = %d: every draft would be "
@@ -566,11 +582,11 @@ extern "C" int e3_engine_start(e3_engine * e, const e3_request * r, e3_error * e
         return fail(err, E3_ERR_ARG, "no request");
     }
     try {
-        int rc = check_request(e, *r, err);
-        if (rc == E3_OK) {
-            setup(e, *r);
-            rc = prefill(e, *r, err);
+        if (int rc = check_request(e, *r, err)) {
+            return rc;  // refused: the engine and the contexts are as they were
         }
+        setup(e, *r);
+        const int rc = prefill(e, *r, err);
         if (rc != E3_OK) {
             e->seqs.clear();
         }

@@ -47,7 +47,7 @@ typedef struct e3_request {
     const int32_t *         seq_ids;     /* < n_seq_max; < the session's n_seq with a session */
     const int32_t * const * prompts;
     const int32_t *         n_prompt;
-    int32_t * const *       out;         /* room for max_new tokens each; valid until the next start */
+    int32_t * const *       out;         /* room for min(max_new, n_ctx) tokens each; valid until the next start */
     int32_t                 max_new;
     e3_sampling             sampling;
     const int32_t *         stop_tokens;
@@ -68,7 +68,8 @@ e3_engine * e3_engine_create(struct llama_context * ctx_tgt, e3_spec * spec, e3_
 void e3_engine_free(e3_engine * engine);
 
 /* Starts a generation: clears the requests' KV cache, decodes the prompts
- * and samples each sequence's first token. */
+ * and samples each sequence's first token. A request refused for its
+ * arguments (E3_ERR_ARG, E3_ERR_SEQ) leaves the contexts untouched. */
 int e3_engine_start(e3_engine * engine, const e3_request * request, e3_error * err);
 
 /* One round for every live sequence. Returns the live sequences left (0 when
