@@ -2,8 +2,8 @@
 
     python bench/compare_builds.py --other /path/to/other/venv/bin/python [--rounds 5]
 
-Each workload runs in a fresh interpreter of each build, the two builds in turn,
-several times, on the same model files; it prints tokens per second of both and
+Each workload runs in a fresh interpreter of each build, the two builds in turn
+(which goes first alternates), several times, on the same model files; it prints tokens per second of both and
 their ratio (this build / the other). The workloads use the public API only,
 so any build of eagle3 runs them: speculative generate (n_draft_max 4 and
 auto), plain generate, generate_batch of 4, and the step-by-step Python loop.
@@ -95,9 +95,12 @@ def main() -> None:
     print(f"{'workload':12} {'this build':>12} {'other':>12} {'ratio':>7}   (tokens/s, median of {args.rounds})")
     for name in WORKLOADS:
         this, other = [], []
-        for _ in range(args.rounds):  # in turn, so that both see the same machine
-            this.append(tokens_per_s(sys.executable, target, draft, name, args.n))
-            other.append(tokens_per_s(args.other, target, draft, name, args.n))
+        for r in range(args.rounds):
+            # in turn, so that both see the same machine; which goes first alternates (the
+            # second of two back-to-back runs tends to be faster)
+            order = ((this, sys.executable), (other, args.other))
+            for results, python in (order if r % 2 == 0 else order[::-1]):
+                results.append(tokens_per_s(python, target, draft, name, args.n))
         a, b = statistics.median(this), statistics.median(other)
         print(f"{name:12} {a:12.1f} {b:12.1f} {a / b:7.3f}   (ratios per round: "
               f"{', '.join(f'{x / y:.2f}' for x, y in zip(this, other))})")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import eagle3
-from eagle3.testing import DraftSpec, TargetSpec, write_eagle3_draft, write_pair, write_target
+from eagle3.testing import DraftSpec, TargetSpec, write_pair
 
 # gguf-py reports every file it writes at INFO
 logging.getLogger("gguf").setLevel(logging.WARNING)

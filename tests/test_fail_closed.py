@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import expect_exception
-from eagle3.testing import DraftSpec, MtpSpec, TargetSpec, write_eagle3_draft, write_mtp_target, write_target
+from eagle3.testing import DraftSpec, MtpSpec, TargetSpec, write_eagle3_draft, write_mtp_target
 from gguf_edit import T, rewrite
 
 # The user's whole path: load, make contexts, create the session, decode, process, draft.

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 import eagle3
 

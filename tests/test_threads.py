@@ -6,7 +6,6 @@ import sys
 import threading
 
 import numpy as np
-import pytest
 
 import eagle3
 from conftest import run_python

@@ -740,7 +740,7 @@ static int process(e3_engine * e, e3_error * err) {
 }
 
 // tell the session what was accepted, move each sequence on, trim rejected
-// drafts from the target's cache and emit the tokens; returns the live count
+// drafts from the target's cache and emit the tokens; n_left: the sequences still live
 static int commit(e3_engine * e, int32_t & n_left, e3_error * err) {
     llama_memory_t mem = llama_get_memory(e->ctx);
     n_left = 0;
@@ -818,12 +818,16 @@ static int engine_step(e3_engine * e, e3_error * err) {
     }
     int32_t n_left = 0;
     int rc = draft(e, err);
-    rc = rc ? rc : verify(e, err);
+    if (rc == E3_OK) {
+        rc = verify(e, err);
+    }
     if (rc == E3_OK) {
         sample(e);
         rc = process(e, err);
     }
-    rc = rc ? rc : commit(e, n_left, err);
+    if (rc == E3_OK) {
+        rc = commit(e, n_left, err);
+    }
     if (rc != E3_OK) {
         return rc;
     }
