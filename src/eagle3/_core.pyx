@@ -9,10 +9,12 @@ handles and add lifetimes, locking and context managers.
 """
 
 from cpython.bytes cimport PyBytes_AsStringAndSize
+from cpython.exc cimport PyErr_CheckSignals, PyErr_SetInterrupt
 from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
 
+import threading
 from collections import namedtuple
 
 cimport numpy as cnp
@@ -58,6 +60,8 @@ cdef void _log_trampoline(int level, const char * text, void * user_data) noexce
         if sink is not None:
             try:
                 sink(level, text.decode("utf-8", "replace"))
+            except KeyboardInterrupt:
+                PyErr_SetInterrupt()  # Ctrl-C landed in the sink: raise it where the call returns
             except BaseException:
                 pass
 
@@ -80,6 +84,29 @@ cdef inline void _log_reset() except *:
     # before a call that can fail: older lines do not explain it
     if _log_explain is not None:
         _log_explain()
+
+
+cdef class _SigintWatch:
+    """While alive (on the main thread), Ctrl-C sets ``cancel`` so llama.cpp stops
+    what runs on the context; Python's own handler still runs and raises later."""
+    cdef bint active
+
+    def __cinit__(self):
+        self.active = False
+
+    cdef _SigintWatch start(self, e3_cancel * cancel):
+        if threading.current_thread() is threading.main_thread():
+            e3_cancel_watch_sigint(cancel)
+            self.active = True
+        return self
+
+    cdef void stop(self):
+        if self.active:
+            e3_cancel_unwatch_sigint()
+            self.active = False
+
+    def __dealloc__(self):
+        self.stop()
 
 
 cdef str _with_log(str message):
@@ -631,6 +658,7 @@ cdef class ContextHandle:
 
     cdef llama_context * ptr
     cdef llama_batch_ext * bext
+    cdef e3_cancel * cancel                   # set: llama.cpp aborts this context's decodes
     cdef readonly ModelHandle model
     cdef readonly ContextHandle other
     cdef readonly uint32_t n_ctx, n_batch, n_ubatch, n_seq_max
@@ -677,9 +705,8 @@ cdef class ContextHandle:
         self.n_seq_max = llama_n_seq_max(c)
         self.out_capacity = <int32_t> self.n_seq_max
         self.bext = llama_batch_ext_init(c)
-        if self.bext == NULL:
-            llama_free(c)
-            self.ptr = NULL
+        self.cancel = e3_cancel_attach(c)
+        if self.bext == NULL or self.cancel == NULL:
             raise ContextError("llama.cpp could not allocate a batch for the context")
 
     def __dealloc__(self):
@@ -689,6 +716,8 @@ cdef class ContextHandle:
         if self.ptr != NULL:
             llama_free(self.ptr)
             self.ptr = NULL
+        e3_cancel_free(self.cancel)  # (after the context: its abort callback reads it)
+        self.cancel = NULL
 
     @property
     def n_threads(self):
@@ -760,12 +789,16 @@ cdef class ContextHandle:
 
         cdef int32_t rc
         _log_reset()
+        e3_cancel_set(self.cancel, 0)  # a cancel is for what runs: not this decode
+        cdef _SigintWatch watch = _SigintWatch().start(self.cancel)
         with nogil:
             rc = llama_process(self.ptr, LLAMA_PROCESS_TYPE_DECODE, self.bext)
+        watch.stop()
         if n_out > self.out_capacity:
             self.out_capacity = n_out
         if rc != 0:
             self.outputs_lost(False)
+            PyErr_CheckSignals()  # Ctrl-C stopped it: KeyboardInterrupt, not a DecodeError
             reason = {1: "no KV cache slot for the batch (the context is full; clear or seq_rm first)",
                       2: "aborted", -1: "invalid batch"}.get(rc, "computation failed")
             raise DecodeError(_with_log(f"llama_decode returned {rc}: {reason}"))
@@ -775,6 +808,10 @@ cdef class ContextHandle:
         self.last_outputs = batch._out_np[:n].copy()
         self.last_n_outputs = n_out
         return 0
+
+    def cancel_running(self):
+        """Make what runs on this context stop at its next check (any thread, no lock)."""
+        e3_cancel_set(self.cancel, 1)
 
     cdef void outputs_lost(self, bint decoded):
         """Something else used this context (a session's draft, a generation): the last
@@ -882,7 +919,7 @@ MAX_SEQ = e3_max_seq()
 MAX_LAYERS = e3_max_layers()
 DRAFT_AUTO = E3_DRAFT_AUTO
 FINISH_REASONS = {E3_RUNNING: None, E3_FINISH_LENGTH: "length", E3_FINISH_STOP: "stop",
-                  E3_FINISH_CONTEXT: "context"}
+                  E3_FINISH_CONTEXT: "context", E3_FINISH_CANCELLED: "cancelled"}
 SESSION_KINDS = {"eagle3": E3_SPEC_EAGLE3, "mtp": E3_SPEC_MTP}
 
 
@@ -973,7 +1010,7 @@ cdef class EngineHandle:
 
     def __cinit__(self, ContextHandle target, SessionHandle session):
         cdef e3_error err
-        self.ptr = e3_engine_create(target.ptr, session.ptr if session is not None else NULL, &err)
+        self.ptr = e3_engine_create(target.ptr, session.ptr if session is not None else NULL, target.cancel, &err)
         if self.ptr == NULL:
             _raise_shim(&err)
         self.outputs = []
@@ -1211,14 +1248,13 @@ cdef class Pair:
 
     # -- whole generations ---------------------------------------------------
 
-    cdef int _engine_done(self, int rc, const e3_error * err) except -1:
+    cdef void _engine_used(self):
         # the engine decoded on both contexts: no batch of the caller's can claim
         # the target's outputs, and the session is in step with the target
         self.target_ctx.outputs_lost(True)
         if self.draft_ctx is not None:
             self.draft_ctx.outputs_lost(False)
         self.engine_serial = self.processed_serial = self.target_ctx.serial
-        return _check(rc, err)
 
     cdef int _ready_for_engine(self) except -1:
         for ctx in (self.target_ctx, self.draft_ctx):
@@ -1226,6 +1262,7 @@ cdef class Pair:
                 raise SessionStateError("logits views of these contexts are alive; generation would overwrite "
                                         "them. Delete them (or copy them) first")
         return 0
+
 
     def start(self, seq_ids, list prompts, settings):
         """Start a generation of one prompt per sequence; returns its number (for :meth:`step`)."""
@@ -1239,13 +1276,20 @@ cdef class Pair:
         cdef e3_error err
         cdef int rc
         _log_reset()
+        for ctx in (self.target_ctx, self.draft_ctx):  # a cancel is for what runs: not this generation
+            if ctx is not None:
+                e3_cancel_set((<ContextHandle> ctx).cancel, 0)
+        cdef _SigintWatch watch = _SigintWatch().start(self.target_ctx.cancel)
         with nogil:
             rc = e3_engine_start(self.engine.ptr, &request.req, &err)
+        watch.stop()
         if rc == E3_ERR_ARG or rc == E3_ERR_SEQ:
             _raise_shim(&err)  # refused: nothing changed, a generation in progress goes on
         self.engine.outputs = outputs  # C writes into them from now on
         self.n_generations += 1
-        self._engine_done(rc, &err)
+        self._engine_used()
+        PyErr_CheckSignals()
+        _check(rc, &err)
         return self.n_generations
 
     def check_current(self, uint64_t generation):
@@ -1254,26 +1298,34 @@ cdef class Pair:
         if generation != self.n_generations or self.target_ctx.serial != self.engine_serial:
             raise SessionStateError("the contexts were used by another call while streaming this generation")
 
+    cdef int _rounds(self, bint until_done) except -1:
+        """One round (or all, ``until_done``); returns the sequences still generating.
+        Ctrl-C stops the round it lands in and raises KeyboardInterrupt."""
+        self._ready_for_engine()
+        cdef e3_error err
+        cdef int rc = 1
+        _log_reset()
+        cdef _SigintWatch watch = _SigintWatch().start(self.target_ctx.cancel)
+        try:
+            while rc > 0:
+                with nogil:
+                    rc = e3_engine_step(self.engine.ptr, &err)
+                PyErr_CheckSignals()
+                if not until_done:
+                    break
+        finally:
+            watch.stop()
+            self._engine_used()
+        return _check(rc, &err)
+
     def step(self, uint64_t generation):
         """One round of generation ``generation``; returns the sequences still generating."""
         self.check_current(generation)
-        self._ready_for_engine()
-        cdef e3_error err
-        cdef int rc
-        _log_reset()
-        with nogil:
-            rc = e3_engine_step(self.engine.ptr, &err)
-        return self._engine_done(rc, &err)
+        return self._rounds(False)
 
     def run(self):
         """The current generation's rounds until every sequence is done."""
-        self._ready_for_engine()
-        cdef e3_error err
-        cdef int rc
-        _log_reset()
-        with nogil:
-            rc = e3_engine_run(self.engine.ptr, &err)
-        self._engine_done(rc, &err)
+        self._rounds(True)
 
     def tokens(self, int32_t i):
         """The tokens request ``i`` has generated so far (a view of its output array)."""

@@ -43,8 +43,17 @@ class Resource:
     def closed(self) -> bool:
         return self._handle is None
 
+    def _cancel(self) -> None:
+        """Stop what runs on this object and its dependents now, without their locks."""
+        for dependent in list(self._dependents.values()):
+            dependent._cancel()
+
     def close(self) -> None:
-        """Close the dependents of this object, then free it. Safe to call twice."""
+        """Close the dependents of this object, then free it. Safe to call twice.
+
+        What runs on it in another thread (a generation, a decode) is cancelled
+        first, so close() waits for the end of a round, not of a generation."""
+        self._cancel()
         with self._lock:
             if self._handle is None:
                 return

@@ -88,6 +88,14 @@ cdef extern from "eagle3_shim.h" nogil:
     void e3_spec_reset_counters(e3_spec * spec)
     void e3_spec_print_upstream_stats(const e3_spec * spec)
 
+    ctypedef struct e3_cancel
+    e3_cancel * e3_cancel_attach(llama_context * ctx)
+    void e3_cancel_free(e3_cancel * cancel)
+    void e3_cancel_set(e3_cancel * cancel, int value)
+    int e3_cancel_get(const e3_cancel * cancel)
+    void e3_cancel_watch_sigint(e3_cancel * cancel)
+    void e3_cancel_unwatch_sigint()
+
     int e3_eagle3_target_support(const char * arch)
 
     ctypedef void (*e3_log_callback)(int level, const char * text, void * user_data) noexcept
@@ -108,6 +116,7 @@ cdef extern from "eagle3_engine.h" nogil:
         E3_FINISH_LENGTH
         E3_FINISH_STOP
         E3_FINISH_CONTEXT
+        E3_FINISH_CANCELLED
         E3_DRAFT_AUTO
 
     ctypedef struct e3_request:
@@ -126,11 +135,10 @@ cdef extern from "eagle3_engine.h" nogil:
 
     ctypedef struct e3_engine
 
-    e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, e3_error * err)
+    e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, e3_cancel * cancel, e3_error * err)
     void e3_engine_free(e3_engine * engine)
     int e3_engine_start(e3_engine * engine, const e3_request * request, e3_error * err)
     int e3_engine_step(e3_engine * engine, e3_error * err)
-    int e3_engine_run(e3_engine * engine, e3_error * err)
     int32_t e3_engine_n_tokens(const e3_engine * engine, int32_t i)
     int32_t e3_engine_finish(const e3_engine * engine, int32_t i)
     void e3_engine_counters(const e3_engine * engine, int32_t i, e3_counters * out, const e3_histograms * hist)

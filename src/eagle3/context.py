@@ -126,6 +126,19 @@ class Context(Resource):
         decode, a session's drafting and ``process`` on a draft context included."""
         return self._live().tokens_decoded
 
+    def cancel(self) -> None:
+        """Stop what runs on this context: a generation (of this context or of a session over
+        it) ends at its next check, its live sequences with ``finish_reason="cancelled"`` and
+        the tokens they have; a decode raises :class:`DecodeError`. Callable from any thread;
+        a call that starts later is not affected."""
+        self._cancel()
+
+    def _cancel(self) -> None:
+        handle = self._handle
+        if handle is not None:
+            handle.cancel_running()
+        super()._cancel()
+
     def decode(self, batch: Batch) -> None:
         """Decode ``batch``; raises :class:`DecodeError` (with the reason) on failure.
 

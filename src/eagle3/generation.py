@@ -40,7 +40,8 @@ class Generation:
     text: str
     """The generated text, cut before a stop string."""
     finish_reason: str
-    """``"length"``, ``"stop"`` (end-of-generation token, stop token or stop string) or ``"context"``."""
+    """``"length"``, ``"stop"`` (end-of-generation token, stop token or stop string), ``"context"``
+    (the context is full) or ``"cancelled"`` (``cancel()``, ``close()`` from another thread)."""
     stats: GenerationStats
     """This sequence's own counters (in a batch, the batch's totals are :attr:`BatchGeneration.stats`)."""
 

@@ -129,6 +129,12 @@ class _SpeculativeSession(Resource):
         with self._live():
             yield self._live()
 
+    def cancel(self) -> None:
+        """End the running generation at its next check (between rounds, or inside the
+        target's pass): its live sequences finish with ``finish_reason="cancelled"`` and keep
+        their tokens. Callable from any thread; a generation that starts later is not affected."""
+        self.target._cancel()
+
     # -- configuration -----------------------------------------------------
 
     @property

@@ -20,6 +20,9 @@ using e3::clock_type;
 using e3::fail;
 using e3::seconds_since;
 
+// internal: a decode stopped by e3_engine_cancel (not an error)
+constexpr int E3_CANCELLED = 1;
+
 // SplitMix64: independent, reproducible seeds for each request's stream
 uint64_t mix_seed(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
@@ -252,6 +255,7 @@ struct e3_engine {
     int64_t n_adaptive = 0;  // adaptive generations so far
     int32_t best_cap = -1;   // adaptive: the tuner's draft length (-1: not decided yet)
     bool plain = false;      // adaptive chose plain decoding for the rest of this generation
+    e3_cancel * cancel = nullptr;  // the target context's: set, it aborts the target's decodes
 
     sampler smpl;
     std::vector<int32_t> b_tok, b_pos, b_seq;  // the batch's entries, for e3_spec_process
@@ -259,6 +263,17 @@ struct e3_engine {
     char piece[256];
 
     bool drafting() const { return spec && !plain; }
+
+    bool cancelled() const { return cancel && e3_cancel_get(cancel); }
+
+    // every live sequence ends here, keeping its tokens
+    void cancel_all() {
+        for (sequence & s : seqs) {
+            if (s.finish == E3_RUNNING) {
+                finish(s, E3_FINISH_CANCELLED);
+            }
+        }
+    }
 
     // -- the target batch ----------------------------------------------------
 
@@ -289,6 +304,9 @@ struct e3_engine {
         const auto t0 = clock_type::now();
         const int32_t rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch);
         t_decode += seconds_since(t0);
+        if (rc == 2 && cancelled()) {
+            return E3_CANCELLED;
+        }
         if (rc != 0) {
             const char * why = rc == 1 ? "no KV cache slot" : rc == 2 ? "aborted" : "computation failed";
             return fail(err, E3_ERR_DECODE, "the target failed to decode a batch of %d tokens (code %d: %s)",
@@ -305,7 +323,7 @@ struct e3_engine {
         const auto t0 = clock_type::now();
         const int rc = e3_spec_process(spec, n, b_tok.data(), b_pos.data(), b_seq.data(), err);
         t_process += seconds_since(t0);
-        return rc;
+        return rc != E3_OK && cancelled() ? E3_CANCELLED : rc;  // (a cancel also stops the draft side)
     }
 
     int32_t sample_row(sequence & s, int32_t row) {
@@ -372,7 +390,8 @@ struct e3_engine {
 // Starting a generation: check the request, reset the sequences, prefill
 // ---------------------------------------------------------------------------
 
-extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, e3_error * err) {
+extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, e3_cancel * cancel,
+                                        e3_error * err) {
     if (!ctx_tgt) {
         fail(err, E3_ERR_ARG, "no target context");
         return nullptr;
@@ -381,6 +400,7 @@ extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec,
         auto * e = new e3_engine;
         e->ctx = ctx_tgt;
         e->spec = spec;
+        e->cancel = cancel;
         e->vocab = llama_model_get_vocab(llama_get_model(ctx_tgt));
         e->n_vocab = llama_vocab_n_tokens(e->vocab);
         e->n_batch = (int32_t) llama_n_batch(ctx_tgt);
@@ -587,6 +607,10 @@ extern "C" int e3_engine_start(e3_engine * e, const e3_request * r, e3_error * e
         }
         setup(e, *r);
         const int rc = prefill(e, *r, err);
+        if (rc == E3_CANCELLED) {
+            e->cancel_all();
+            return E3_OK;
+        }
         if (rc != E3_OK) {
             e->seqs.clear();
         }
@@ -650,7 +674,7 @@ static int draft(e3_engine * e, e3_error * err) {
                                  e->d_cap.data(), e->d_out.data(), stride, e->d_len.data(), err);
     const double dt = seconds_since(t0) / n_req;
     if (rc != E3_OK) {
-        return rc;
+        return e->cancelled() ? E3_CANCELLED : rc;
     }
     for (int32_t r = 0; r < n_req; ++r) {
         sequence & s = e->seqs[e->d_owner[r]];
@@ -813,6 +837,9 @@ static int engine_step(e3_engine * e, e3_error * err) {
     // adaptive: now and then a round without drafts, to measure what one costs
     const bool probe = tuning && e->tuner.probe_due(e->total.c.n_rounds);
 
+    if (e->cancelled()) {
+        e->cancel_all();
+    }
     if (plan(e, probe) == 0) {
         return 0;
     }
@@ -827,6 +854,10 @@ static int engine_step(e3_engine * e, e3_error * err) {
     }
     if (rc == E3_OK) {
         rc = commit(e, n_left, err);
+    }
+    if (rc == E3_CANCELLED) {
+        e->cancel_all();  // the verify pass stopped: the round is dropped
+        return 0;
     }
     if (rc != E3_OK) {
         return rc;
@@ -854,13 +885,6 @@ extern "C" int e3_engine_step(e3_engine * e, e3_error * err) {
     } catch (const std::exception & ex) {
         return fail(err, E3_ERR_EXCEPTION, "%s", ex.what());
     }
-}
-
-extern "C" int e3_engine_run(e3_engine * e, e3_error * err) {
-    int rc;
-    while ((rc = e3_engine_step(e, err)) > 0) {
-    }
-    return rc < 0 ? rc : E3_OK;
 }
 
 extern "C" int32_t e3_engine_n_tokens(const e3_engine * e, int32_t i) {

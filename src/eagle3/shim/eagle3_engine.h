@@ -37,6 +37,7 @@ enum e3_finish {
     E3_FINISH_LENGTH  = 1, /* max_new_tokens reached */
     E3_FINISH_STOP    = 2, /* end-of-generation token, stop token or stop string */
     E3_FINISH_CONTEXT = 3, /* the context is full */
+    E3_FINISH_CANCELLED = 4, /* e3_engine_cancel() or SIGINT */
 };
 
 #define E3_DRAFT_AUTO (-1)
@@ -63,8 +64,12 @@ typedef struct e3_request {
 typedef struct e3_engine e3_engine;
 
 /* spec may be NULL (plain decoding). Neither context may be used by anything
- * else while the engine runs. */
-e3_engine * e3_engine_create(struct llama_context * ctx_tgt, e3_spec * spec, e3_error * err);
+ * else while the engine runs. cancel (may be NULL) is the target context's
+ * cancel flag: once set, the running generation ends at its next check
+ * (between rounds, and inside the target's decodes), every live sequence with
+ * E3_FINISH_CANCELLED and the tokens it has. The caller clears it (and the
+ * draft context's) before a start. */
+e3_engine * e3_engine_create(struct llama_context * ctx_tgt, e3_spec * spec, e3_cancel * cancel, e3_error * err);
 void e3_engine_free(e3_engine * engine);
 
 /* Starts a generation: clears the requests' KV cache, decodes the prompts
@@ -75,9 +80,6 @@ int e3_engine_start(e3_engine * engine, const e3_request * request, e3_error * e
 /* One round for every live sequence. Returns the live sequences left (0 when
  * all are done), or a negative e3_status. */
 int e3_engine_step(e3_engine * engine, e3_error * err);
-
-/* Rounds until every sequence is done. Returns 0 or a negative e3_status. */
-int e3_engine_run(e3_engine * engine, e3_error * err);
 
 int32_t e3_engine_n_tokens(const e3_engine * engine, int32_t i);
 int32_t e3_engine_finish(const e3_engine * engine, int32_t i);

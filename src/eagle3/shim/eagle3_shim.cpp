@@ -16,11 +16,13 @@
 #include "llama-hparams.h"  // LLAMA_MAX_LAYERS
 
 #include <atomic>
+#include <csignal>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -616,6 +618,88 @@ extern "C" void e3_spec_print_upstream_stats(const e3_spec * s) {
         common_speculative_print_stats(s->spec);
     } catch (...) {
     }
+}
+
+// ---------------------------------------------------------------------------
+// Cancellation: a flag llama.cpp's abort callback reads, and SIGINT
+// ---------------------------------------------------------------------------
+
+struct e3_cancel {
+    std::atomic<bool> flag{false};
+};
+
+static bool cancel_requested(void * data) {
+    return static_cast<e3_cancel *>(data)->flag.load(std::memory_order_relaxed);
+}
+
+extern "C" e3_cancel * e3_cancel_attach(llama_context * ctx) {
+    if (!ctx) {
+        return nullptr;
+    }
+    auto * c = new (std::nothrow) e3_cancel;
+    if (c) {
+        llama_set_abort_callback(ctx, cancel_requested, c);
+    }
+    return c;
+}
+
+extern "C" void e3_cancel_free(e3_cancel * c) { delete c; }
+extern "C" void e3_cancel_set(e3_cancel * c, int value) {
+    if (c) {
+        c->flag.store(value != 0);
+    }
+}
+extern "C" int e3_cancel_get(const e3_cancel * c) { return c && c->flag.load() ? 1 : 0; }
+
+namespace {
+
+std::atomic<e3_cancel *> g_sigint_cancel{nullptr};
+struct sigaction g_sigint_previous;
+
+void on_sigint(int sig, siginfo_t * info, void * context) {
+    if (e3_cancel * c = g_sigint_cancel.load()) {
+        c->flag.store(true);
+    }
+    if (g_sigint_previous.sa_flags & SA_SIGINFO) {
+        g_sigint_previous.sa_sigaction(sig, info, context);
+    } else if (g_sigint_previous.sa_handler != SIG_DFL && g_sigint_previous.sa_handler != SIG_IGN) {
+        g_sigint_previous.sa_handler(sig);
+    }
+}
+
+bool is_ours(const struct sigaction & a) {
+    return (a.sa_flags & SA_SIGINFO) && a.sa_sigaction == on_sigint;
+}
+
+}  // namespace
+
+extern "C" void e3_cancel_watch_sigint(e3_cancel * c) {
+    struct sigaction current;
+    if (!c || sigaction(SIGINT, nullptr, &current) != 0) {
+        return;
+    }
+    if (is_ours(current)) {
+        g_sigint_cancel.store(c);
+        return;
+    }
+    if (!(current.sa_flags & SA_SIGINFO) && (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)) {
+        return;  // ignored, or the default action: nothing to chain to
+    }
+    struct sigaction ours = {};
+    ours.sa_sigaction = on_sigint;
+    ours.sa_flags = SA_SIGINFO | (current.sa_flags & SA_RESTART);
+    sigemptyset(&ours.sa_mask);
+    g_sigint_previous = current;
+    g_sigint_cancel.store(c);
+    sigaction(SIGINT, &ours, nullptr);
+}
+
+extern "C" void e3_cancel_unwatch_sigint(void) {
+    struct sigaction current;
+    if (sigaction(SIGINT, nullptr, &current) == 0 && is_ours(current)) {
+        sigaction(SIGINT, &g_sigint_previous, nullptr);
+    }
+    g_sigint_cancel.store(nullptr);
 }
 
 // ---------------------------------------------------------------------------

@@ -157,6 +157,22 @@ void e3_spec_reset_counters(e3_spec * spec);
 /* Logs upstream's own statistics line (common/ at trace verbosity). */
 void e3_spec_print_upstream_stats(const e3_spec * spec);
 
+/* A context's cancel flag: while it is set, llama.cpp aborts the context's
+ * decodes (through its abort callback, checked between graph nodes). Attach
+ * once, right after creating the context; free after freeing the context.
+ * Setting and reading it is safe from any thread and from a signal handler. */
+typedef struct e3_cancel e3_cancel;
+e3_cancel * e3_cancel_attach(struct llama_context * ctx);
+void e3_cancel_free(e3_cancel * cancel);
+void e3_cancel_set(e3_cancel * cancel, int value);
+int e3_cancel_get(const e3_cancel * cancel);
+
+/* While watched, SIGINT sets the flag, then reaches the handler installed
+ * before (Python's). Install from the main thread, one flag at a time;
+ * nothing is installed when SIGINT is ignored or has the default action. */
+void e3_cancel_watch_sigint(e3_cancel * cancel);
+void e3_cancel_unwatch_sigint(void);
+
 /* EAGLE-3 support of a target architecture (general.architecture): 0 none,
  * 1 its layer inputs (target layer ids < n_layer), 2 also its final hidden
  * state (ids <= n_layer). */
