@@ -38,7 +38,8 @@ class Generation:
     tokens: np.ndarray
     """Generated token ids (int32), the stop token included."""
     text: str
-    """The generated text, cut before a stop string."""
+    """What the generated tokens add to the prompt's text (``prompt + text`` reads as one),
+    cut before a stop string."""
     finish_reason: str
     """``"length"``, ``"stop"`` (end-of-generation token, stop token or stop string), ``"context"``
     (the context is full) or ``"cancelled"`` (``cancel()``, ``close()`` from another thread)."""
@@ -104,8 +105,8 @@ def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p:
         floats[name] = float(value)
     top_k = as_int(top_k, "top_k")
     seed = int.from_bytes(os.urandom(8), "little") if seed is None else as_int(seed, "seed", 0, 2**64 - 1)
-    if isinstance(stop_strings, str):
-        stop_strings = (stop_strings,)
+    if not isinstance(stop_strings, (list, tuple)):
+        raise ArgumentTypeError(f"stop_strings must be a list of strings, got {type(stop_strings).__name__}")
     strings = tuple(stop_strings)
     if not all(isinstance(s, str) for s in strings):
         raise ArgumentTypeError("stop_strings must be strings")
@@ -131,18 +132,26 @@ def prompt_tokens(model, prompt: Any) -> np.ndarray:
     return arr
 
 
-def _text(model, tokens: np.ndarray, stops: Sequence[str]) -> str:
-    text = model.detokenize(tokens)
+def continuation(model, prompt: np.ndarray, tokens: np.ndarray) -> str:
+    """What ``tokens`` add to the text of ``prompt``: the text of both joined, less the
+    prompt's (a tokenizer may render a token's leading space only after other text)."""
+    base = model.detokenize(prompt)
+    full = model.detokenize(np.concatenate([np.asarray(prompt, np.int64), np.asarray(tokens, np.int64)]))
+    return full[len(base):] if full.startswith(base) else model.detokenize(tokens)
+
+
+def _text(model, prompt: np.ndarray, tokens: np.ndarray, stops: Sequence[str]) -> str:
+    text = continuation(model, prompt, tokens)
     cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
     return text[:cut] if cut >= 0 else text
 
 
-def _results(pair: _core.Pair, model, stops: Sequence[str], n: int) -> BatchGeneration:
+def _results(pair: _core.Pair, model, prompts: Sequence[np.ndarray], stops: Sequence[str]) -> BatchGeneration:
     """The finished generation: each request's tokens, text and own counters, and the call's totals."""
     out = []
-    for i in range(n):
+    for i, prompt in enumerate(prompts):
         tokens = pair.tokens(i).copy()
-        out.append(Generation(tokens, _text(model, tokens, stops), pair.finish_reason(i),
+        out.append(Generation(tokens, _text(model, prompt, tokens, stops), pair.finish_reason(i),
                               GenerationStats(**pair.generation_counters(i))))
     return BatchGeneration(out, GenerationStats(**pair.generation_counters(-1)))
 
@@ -169,7 +178,7 @@ def run(pair: _core.Pair, model, prompts: list[np.ndarray], s: Settings) -> Batc
     """A whole generation, prompt i on sequence i (the caller holds the pair)."""
     pair.start(range(len(prompts)), prompts, s)
     pair.run()
-    return _results(pair, model, s.stop_strings, len(prompts))
+    return _results(pair, model, prompts, s.stop_strings)
 
 
 def stream(pair: _core.Pair, model, prompt: np.ndarray, s: Settings, check) -> Iterator[int]:
@@ -186,7 +195,7 @@ def stream(pair: _core.Pair, model, prompt: np.ndarray, s: Settings, check) -> I
             check()
             pair.check_current(generation)
             new = pair.tokens(0)[sent:].copy()
-            result = _results(pair, model, s.stop_strings, 1)[0] if pair.finish_reason(0) is not None else None
+            result = _results(pair, model, [prompt], s.stop_strings)[0] if pair.finish_reason(0) is not None else None
         for token in new:
             yield int(token)
         sent += len(new)

@@ -56,8 +56,9 @@ class sampler {
             std::sort(cand_.begin(), cand_.begin() + n, by_logit);
             sorted = true;
         }
+        // by_logit orders the largest logit first: the first in that order is the maximum
         const float max_logit = sorted ? cand_[0].logit
-                                       : std::max_element(cand_.begin(), cand_.begin() + n, by_logit)->logit;
+                                       : std::min_element(cand_.begin(), cand_.begin() + n, by_logit)->logit;
         if (s.top_p < 1.0f || s.min_p > 0.0f) {
             // truncation on the untempered distribution, as llama.cpp's default chain
             probs_.resize(n);
@@ -499,6 +500,11 @@ static int check_request(const e3_engine * e, const e3_request & r, e3_error * e
             return fail(err, E3_ERR_ARG, "stop token %d outside the vocabulary", (int) r.stop_tokens[k]);
         }
     }
+    for (int32_t k = 0; k < r.n_stop_strings; ++k) {
+        if (!r.stop_strings[k] || !r.stop_strings[k][0]) {
+            return fail(err, E3_ERR_ARG, "stop string %d is empty (it would stop at once)", (int) k);
+        }
+    }
     return E3_OK;
 }
 
@@ -507,12 +513,7 @@ static void setup(e3_engine * e, const e3_request & r) {
     e->max_new = r.max_new;
     e->sampling = r.sampling;
     e->stop_tokens.assign(r.stop_tokens, r.stop_tokens + r.n_stop_tokens);
-    e->stop_strings.clear();
-    for (int32_t k = 0; k < r.n_stop_strings; ++k) {
-        if (r.stop_strings[k] && r.stop_strings[k][0]) {
-            e->stop_strings.emplace_back(r.stop_strings[k]);
-        }
-    }
+    e->stop_strings.assign(r.stop_strings, r.stop_strings + r.n_stop_strings);
     e->adaptive = r.n_draft == E3_DRAFT_AUTO && e->spec;
     e->n_draft = e->spec ? (r.n_draft > 0 ? r.n_draft : e->n_draft_spec) : 0;
     if (e->adaptive) {
