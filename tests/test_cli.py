@@ -68,11 +68,11 @@ def test_check_and_info(tiny_pair, capsys):
     assert "eagle3.target_layers" in out and "tensor fc.weight" in out
 
 
-def test_errors_are_one_line_and_exit_1(tiny_pair):
+def test_errors_are_one_line(tiny_pair):
     result = run_cli("generate", "x", "--target", str(tiny_pair[0]))
     assert result.returncode == 1 and "both --target and --draft" in result.stderr
     result = run_cli("check", "/no/such.gguf", str(tiny_pair[1]))
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr  # a file error: 2, as usage errors
 
 
 def test_generate_with_the_shipped_pair():
@@ -93,3 +93,38 @@ def test_bench_on_held_out_prompts():
     for r in rows:
         assert r["tau"] > 1.5 and len(r["acceptance_per_position"]) == r["n_draft_max"]
         assert r["tokens_per_s"] > 0 and r["plain_tokens_per_s"] > 0
+
+
+def test_version():
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.startswith(f"eagle3 {eagle3.__version__}")
+
+
+@pytest.mark.parametrize("args", [["generate", "x", "-n", "abc"], ["generate", "x", "--n-draft-max", "zz"],
+                                  ["generate", "x", "-n", "0"], ["generate", "x", "--threads", "-2"],
+                                  ["bench", "--n-draft", "0"], ["generate", "x", "--temperature", "hot"]])
+def test_bad_option_values_are_one_line_usage_errors(args):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "error: argument" in result.stderr.splitlines()[-1]
+
+
+def test_check_exit_codes(pair_paths, tmp_path):
+    target, draft = pair_paths["random"]
+    assert run_cli("check", str(target), str(draft)).returncode == 0
+    assert run_cli("check", str(target), str(target)).returncode == 1  # a llama model is not a draft
+    missing = run_cli("check", str(target), str(tmp_path / "nope.gguf"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert run_cli("check", str(target)).returncode == 2  # usage
+
+
+def test_generate_reads_the_prompt_from_stdin_and_prints_prompt_and_text_joined(chain_pair):
+    target, draft = chain_pair
+    result = subprocess.run([sys.executable, "-m", "eagle3", "generate", "-", "-n", "8", "--target", str(target),
+                             "--draft", str(draft), "--json"], input="abc", capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["prompt"] == "abc"
+    text = run_cli("generate", "abc", "-n", "8", "--target", str(target), "--draft", str(draft))
+    assert text.stdout == "abc" + report["text"] + "\n"

@@ -113,3 +113,23 @@ def test_kv_cache(tiny_models):
             ctx.seq_rm(3, 0)
         ctx.clear()
         assert ctx.seq_pos_max(0) == -1
+
+
+def test_a_draft_context_runs_on_its_targets_threads(tiny_models):
+    target, draft = tiny_models
+    with eagle3.Context(target, n_threads=1, n_threads_batch=2) as tctx:
+        with eagle3.Context(draft, other=tctx) as dctx:
+            assert (dctx.n_threads, dctx.n_threads_batch) == (1, 2)
+        with eagle3.Context(draft, other=tctx, n_threads=2) as dctx:
+            assert (dctx.n_threads, dctx.n_threads_batch) == (2, 2)
+    with eagle3.Context(target) as ctx:
+        assert ctx.n_threads == ctx.n_threads_batch == eagle3.context.default_threads()
+
+
+def test_sizes_llama_cpp_changes_are_reported(tiny_models, caplog):
+    target, _ = tiny_models
+    with caplog.at_level("WARNING", logger="eagle3"):
+        with eagle3.Context(target, n_ctx=8) as ctx:
+            assert ctx.n_ctx > 8 and ctx.n_batch == 8
+            ctx.decode(eagle3.Batch.from_tokens(list(range(8))))
+    assert any("n_ctx" in r.getMessage() and "asked for 8" in r.getMessage() for r in caplog.records)

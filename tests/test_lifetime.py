@@ -105,3 +105,15 @@ def test_interpreter_exit_with_everything_open(tiny_pair):
     result = run_python(EXIT_WITH_LIVE_OBJECTS, str(tiny_pair[0]), str(tiny_pair[1]))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "EXITING" in result.stdout
+
+
+def test_objects_that_own_llama_cpp_memory_cannot_be_copied_or_pickled(spec_setup):
+    import copy
+    import pickle
+
+    tctx, dctx, session = spec_setup
+    for obj in (tctx.model, tctx, dctx, session, eagle3.Batch(4)):
+        for copier in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot be copied or pickled"):
+                copier(obj)
+    assert session.generate([5, 6], 4).finish_reason == "length"  # and nothing was shared or lost

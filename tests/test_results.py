@@ -69,3 +69,34 @@ def test_bad_stop_strings_are_refused(chain_session, stop_strings, error):
     with pytest.raises(error):
         chain_session.target.generate([5, 6, 7], 5, stop_strings=stop_strings)
     assert chain_session.generate([5, 6, 7], 5).finish_reason == "length"
+
+
+@pytest.mark.parametrize("prompt", ["class Foo:\n    def", "# héllo wörld, ünïcode: ", "x = 'é"])
+def test_streamed_text_is_the_generations_text_in_whole_characters(shipped_session, prompt):
+    stream = shipped_session.stream(prompt, 40, text=True)
+    pieces = list(stream)
+    assert all(isinstance(p, str) and p for p in pieces)
+    assert "".join(pieces) == stream.generation.text
+    assert not any(p.endswith("\ufffd") for p in pieces[:-1])
+    with pytest.raises(eagle3.ArgumentTypeError):
+        shipped_session.stream(prompt, 4, text="yes")
+
+
+def test_the_end_of_the_context_logs_no_warning(chain_session, caplog):
+    with caplog.at_level("WARNING", logger="eagle3"):
+        g = chain_session.generate([5, 6, 7], 100000)
+        plain = chain_session.target.generate([5, 6, 7], 100000)
+    assert g.finish_reason == plain.finish_reason == "context"
+    assert not [r for r in caplog.records if r.levelno >= 30]
+
+
+def test_the_step_by_step_loop_runs_twice_once_both_caches_are_emptied(models):
+    from helpers import speculative
+
+    target, draft = models["chain"]
+    with eagle3.Context(target) as tctx, eagle3.Context(draft, other=tctx) as dctx, \
+            eagle3.Eagle3Session(tctx, dctx, n_draft_max=4) as session:
+        for prompt in ([5, 6, 7], [9, 8], [5, 6, 7]):
+            tctx.seq_rm(0)
+            dctx.seq_rm(0)
+            assert speculative(session, tctx, prompt, 30) == greedy(target, prompt, 30)

@@ -639,6 +639,16 @@ cdef class Batch:
     def __repr__(self):
         return f"Batch(n_tokens={self.n}, capacity={self.capacity}, n_seq_max={self.n_seq_max})"
 
+    def __reduce__(self):
+        raise ArgumentTypeError("a Batch cannot be copied or pickled; fill a new one (add_arrays takes its "
+                                "tokens, positions, seq_ids and outputs)")
+
+    def __copy__(self):
+        self.__reduce__()
+
+    def __deepcopy__(self, memo):
+        self.__reduce__()
+
 
 # ---------------------------------------------------------------------------
 # Context
@@ -722,6 +732,10 @@ cdef class ContextHandle:
     @property
     def n_threads(self):
         return llama_n_threads(self.ptr)
+
+    @property
+    def n_threads_batch(self):
+        return llama_n_threads_batch(self.ptr)
 
     @property
     def tokens_decoded(self):

@@ -7,6 +7,7 @@ dependents first, newest first, then drops the handle; llama.cpp's objects
 are freed when their last handle reference goes, which the handles arrange
 in the order llama.cpp needs. ``close()`` is idempotent, every object is a
 context manager, and any use after ``close()`` raises :class:`ClosedError`.
+Resources cannot be copied or pickled (a copy would share the handle).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import weakref
 from typing import Any
 
-from eagle3.errors import ClosedError
+from eagle3.errors import ArgumentTypeError, ClosedError
 
 
 class Resource:
@@ -62,6 +63,13 @@ class Resource:
                 if dependent is not None:
                     dependent.close()
             self._handle = None
+
+    def _refuse_copy(self, *args: Any) -> Any:
+        raise ArgumentTypeError(
+            f"an eagle3 {self._kind} owns llama.cpp memory and cannot be copied or pickled; "
+            f"create another one (in another process: from the same files)")
+
+    __copy__ = __deepcopy__ = __reduce__ = __reduce_ex__ = _refuse_copy
 
     def __enter__(self):
         self._live()

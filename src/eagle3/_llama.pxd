@@ -80,6 +80,7 @@ cdef extern from "llama.h" nogil:
     uint32_t llama_n_ubatch(const llama_context * ctx)
     uint32_t llama_n_seq_max(const llama_context * ctx)
     int32_t llama_n_threads(llama_context * ctx)
+    int32_t llama_n_threads_batch(llama_context * ctx)
 
     llama_memory_t llama_get_memory(const llama_context * ctx)
     const llama_vocab * llama_model_get_vocab(const llama_model * model)

@@ -18,9 +18,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from eagle3 import _core, shipped
+from eagle3 import _build_config, _core, shipped
 from eagle3.compat import check_pair
-from eagle3.errors import Eagle3Error
+from eagle3.errors import Eagle3Error, ModelLoadError
 
 
 def _jsonable(value: Any) -> Any:
@@ -55,7 +55,25 @@ def _pair(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _n_draft(value: str) -> int | str:
-    return value if value == "auto" else int(value)
+    """A draft length option: a positive integer or ``auto`` (argparse's type: a usage error otherwise)."""
+    if value == "auto":
+        return value
+    return _positive(value)
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be > 0")
+    return number
+
+
+def _prompt(value: str) -> str:
+    """``-`` reads the prompt from standard input."""
+    return sys.stdin.read() if value == "-" else value
 
 
 class _Loaded:
@@ -85,11 +103,20 @@ def _sampling(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    n_draft = _n_draft(args.n_draft_max)
+    n_draft = args.n_draft_max
+    args.prompt = _prompt(args.prompt)
     loaded = _Loaded(args, 8 if n_draft == "auto" else n_draft)
     try:
         sampling = _sampling(args)
-        g = loaded.session.generate(args.prompt, args.n_predict, n_draft_max=n_draft, **sampling)
+        if args.json:
+            g = loaded.session.generate(args.prompt, args.n_predict, n_draft_max=n_draft, **sampling)
+        else:  # the text as it is produced, after the prompt it continues
+            print(args.prompt, end="", flush=True)
+            stream = loaded.session.stream(args.prompt, args.n_predict, text=True, n_draft_max=n_draft, **sampling)
+            for piece in stream:
+                print(piece, end="", flush=True)
+            print()
+            g = stream.generation
         st = g.stats
         result: dict[str, Any] = {"prompt": args.prompt, "text": g.text, "tokens": g.tokens.tolist(),
                                   "finish_reason": g.finish_reason, "n_draft_max": n_draft, "stats": st.as_dict()}
@@ -110,7 +137,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(_jsonable(result), default=_jsonable, indent=2))
             return 0
-        print(args.prompt + g.text)
         print(f"\n--- {st.n_generated} tokens in {st.t_total_s:.2f} s ({st.tokens_per_s:.1f} tokens/s), EAGLE-3 "
               f"n_draft_max={n_draft}: acceptance {st.acceptance_rate:.1%}, tau {st.mean_accepted_length:.2f} "
               f"tokens per target pass ({g.finish_reason})", file=sys.stderr)
@@ -125,7 +151,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     prompts = [args.prompt] if args.prompt else shipped.held_out_prompts()[:args.prompts]
-    drafts = [_n_draft(x) for x in args.n_draft]
+    drafts = args.n_draft
     n_session = max([n for n in drafts if n != "auto"], default=8)
     loaded = _Loaded(args, n_session)
     try:
@@ -196,7 +222,12 @@ def _plot(rows: list[dict], path: str) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    report = check_pair(args.target, args.draft)
+    """Exit 0: compatible; 1: not; 2: a file that cannot be read (as usage errors)."""
+    try:
+        report = check_pair(args.target, args.draft)
+    except ModelLoadError as e:
+        print(f"eagle3 check: {e}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({"target": report.target, "draft": report.draft, "compatible": report.ok,
                           "facts": {k: _jsonable(v) for k, v in report.facts.items()},
@@ -241,21 +272,24 @@ def cmd_info(args: argparse.Namespace) -> int:
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="target model GGUF (default: the shipped pair)")
     p.add_argument("--draft", help="its EAGLE-3 draft GGUF")
-    p.add_argument("--n-ctx", type=int, default=2048, help="context size (default 2048)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all usable)")
+    p.add_argument("--n-ctx", type=_positive, default=2048, help="context size (default 2048)")
+    p.add_argument("--threads", type=_positive, default=None,
+                   help="CPU threads of every context (default: all usable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eagle3", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"eagle3 {_build_config.VERSION} "
+                        f"(llama.cpp {_build_config.LLAMA_CPP_COMMIT})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("generate", help="generate text with EAGLE-3 speculative decoding",
                        description="Generate a continuation of PROMPT with EAGLE-3 speculative decoding and "
                                    "print it with its statistics (acceptance, tau, tokens/s).")
-    p.add_argument("prompt", help="the text to continue")
-    p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (default 128)")
-    p.add_argument("--n-draft-max", default="auto",
+    p.add_argument("prompt", help="the text to continue ('-': read it from standard input)")
+    p.add_argument("-n", "--n-predict", type=_positive, default=128, help="tokens to generate (default 128)")
+    p.add_argument("--n-draft-max", type=_n_draft, default="auto",
                    help="longest draft, or 'auto': the length that pays best, measured as it runs, down to plain "
                         "decoding (default auto)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
@@ -274,16 +308,17 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Time greedy speculative decoding against plain decoding of the same target, "
                                    "on held-out prompts (or PROMPT), for each draft length.")
     p.add_argument("--prompt", help="one prompt instead of the shipped held-out prompts")
-    p.add_argument("--prompts", type=int, default=8, help="how many held-out prompts (default 8)")
-    p.add_argument("-n", "--n-predict", type=int, default=128)
-    p.add_argument("--n-draft", nargs="+", default=["2", "4", "8", "auto"],
+    p.add_argument("--prompts", type=_positive, default=8, help="how many held-out prompts (default 8)")
+    p.add_argument("-n", "--n-predict", type=_positive, default=128)
+    p.add_argument("--n-draft", nargs="+", type=_n_draft, default=[2, 4, 8, "auto"],
                    help="draft lengths, 'auto' among them (default 2 4 8 auto)")
     p.add_argument("--plot", help="write a PNG of acceptance per draft position here (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     _add_model_args(p)
     p.set_defaults(run=cmd_bench)
 
-    p = sub.add_parser("check", help="check that an EAGLE-3 draft fits its target (exit 0 if so, 1 if not)",
+    p = sub.add_parser("check", help="check that an EAGLE-3 draft fits its target (exit 0 if so, 1 if not, "
+                                     "2 if a file cannot be read)",
                        description="Read both GGUF headers (no weights) and list every incompatibility.")
     p.add_argument("target", help="target model GGUF")
     p.add_argument("draft", help="EAGLE-3 draft GGUF")

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from eagle3 import _core, generation
+from eagle3 import _core, _logging, generation
 from eagle3._core import Batch
 from eagle3._lifetime import Resource
 from eagle3.compat import check_pair
@@ -41,6 +41,16 @@ def _sizes(other: Context | None, n_ctx, n_batch, n_ubatch, n_seq_max) -> tuple[
     return n_ctx, n_batch, n_ubatch, n_seq_max
 
 
+def _threads(other: Context | None, n_threads, n_threads_batch) -> tuple[int, int]:
+    """A draft context runs on its target's threads; any other on the CPUs this process may use."""
+    if n_threads is None:
+        n_threads = other.n_threads if other is not None else default_threads()
+    n_threads = as_int(n_threads, "n_threads", 1, 1024)
+    if n_threads_batch is None:
+        n_threads_batch = other.n_threads_batch if other is not None else n_threads
+    return n_threads, as_int(n_threads_batch, "n_threads_batch", 1, 1024)
+
+
 def _check_model_fits(model: Model, ctx_type: str, other: Context | None) -> None:
     """Refuse a context llama.cpp would build a broken graph for (it aborts)."""
     if ctx_type == "mtp" and (model.n_layer_nextn <= 0 or not model.load_mtp):
@@ -61,7 +71,10 @@ class Context(Resource):
 
     ``Context(model, n_ctx=512, n_batch=512, n_ubatch=None, n_seq_max=1,
     ctx_type="default", other=None, n_threads=None, flash_attn=True)``.
-    ``n_threads`` defaults to the CPUs this process may use.
+    ``n_threads`` defaults to the CPUs this process may use; a draft context
+    (``other=``) defaults to its target's threads. Sizes llama.cpp changes (it
+    has a minimum ``n_ctx`` and splits it between sequences) are the
+    attributes' values, and a warning says so.
 
     ``flash_attn`` (on by default, as llama.cpp's "auto" picks on a CPU) fuses
     attention into one kernel: a one-token pass costs markedly less than
@@ -100,9 +113,7 @@ class Context(Resource):
         super().__init__(lock=other._lock if other is not None else None)
         sizes = _sizes(other, n_ctx, n_batch, n_ubatch, n_seq_max)
         _check_model_fits(model, ctx_type, other)
-        n_threads = default_threads() if n_threads is None else as_int(n_threads, "n_threads", 1, 1024)
-        n_threads_batch = n_threads if n_threads_batch is None else as_int(n_threads_batch, "n_threads_batch", 1,
-                                                                              1024)
+        n_threads, n_threads_batch = _threads(other, n_threads, n_threads_batch)
         self.model = model
         self.other = other
         self.ctx_type = ctx_type
@@ -112,13 +123,23 @@ class Context(Resource):
         self.n_batch: int = h.n_batch
         self.n_ubatch: int = h.n_ubatch
         self.n_seq_max: int = h.n_seq_max
+        for name, asked in zip(("n_ctx", "n_batch", "n_ubatch", "n_seq_max"), sizes):
+            if getattr(self, name) != asked:
+                _logging.logger.warning("Context: llama.cpp made %s %d (asked for %d); the context reports "
+                                        "the real value", name, getattr(self, name), asked)
         model._adopt(self)
         if other is not None:
             other._adopt(self)
 
     @property
     def n_threads(self) -> int:
+        """Threads of one-token decodes."""
         return self._live().n_threads
+
+    @property
+    def n_threads_batch(self) -> int:
+        """Threads of multi-token decodes (prompts, verification)."""
+        return self._live().n_threads_batch
 
     @property
     def tokens_decoded(self) -> int:

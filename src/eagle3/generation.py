@@ -157,21 +157,54 @@ def _results(pair: _core.Pair, model, prompts: Sequence[np.ndarray], stops: Sequ
 
 
 class TokenStream:
-    """Iterator over the tokens of a streamed generation; ``generation`` is set when it ends."""
+    """Iterator over the tokens (or, with ``text=True``, the text) of a streamed generation;
+    ``generation`` is set when it ends."""
 
-    def __init__(self, tokens: Iterator[int]):
-        self._tokens = tokens
+    def __init__(self, items: Iterator[Any]):
+        self._items = items
         self.generation: Generation | None = None
 
     def __iter__(self) -> TokenStream:
         return self
 
-    def __next__(self) -> int:
+    def __next__(self) -> Any:
         try:
-            return next(self._tokens)
+            return next(self._items)
         except StopIteration as stop:
             self.generation = stop.value
             raise
+
+
+def one_by_one(rounds: Iterator[np.ndarray]) -> Iterator[int]:
+    """The tokens of a stream of rounds, one at a time; returns what the rounds return."""
+    while True:
+        try:
+            new = next(rounds)
+        except StopIteration as stop:
+            return stop.value
+        for token in new:
+            yield int(token)
+
+
+def stream_text(model, prompt: np.ndarray, rounds: Iterator[np.ndarray]) -> Iterator[str]:
+    """Text pieces of a stream of token rounds: each what its tokens add to the text before
+    them, held back while it ends inside a UTF-8 character; joined, they are the generation's
+    text (before a stop string)."""
+    context = np.asarray(prompt, np.int64)[-8:]  # enough before a piece for its leading space
+    pending = np.zeros(0, np.int64)
+    while True:
+        try:
+            new = next(rounds)
+        except StopIteration as stop:
+            if len(pending):
+                yield continuation(model, context, pending)
+            return stop.value
+        pending = np.concatenate([pending, np.asarray(new, np.int64)])
+        piece = continuation(model, context, pending)
+        if piece and not piece.endswith("\ufffd"):
+            yield piece
+            context = np.concatenate([context, pending])[-8:]
+            pending = pending[:0]
 
 
 def run(pair: _core.Pair, model, prompts: list[np.ndarray], s: Settings) -> BatchGeneration:
@@ -181,8 +214,9 @@ def run(pair: _core.Pair, model, prompts: list[np.ndarray], s: Settings) -> Batc
     return _results(pair, model, prompts, s.stop_strings)
 
 
-def stream(pair: _core.Pair, model, prompt: np.ndarray, s: Settings, check) -> Iterator[int]:
-    """Yield the tokens of one sequence as the engine accepts them; returns its Generation.
+def stream(pair: _core.Pair, model, prompt: np.ndarray, s: Settings, check) -> Iterator[np.ndarray]:
+    """Yield the tokens of one sequence as the engine accepts them, a round at a time (int32
+    arrays); returns its Generation.
 
     Between rounds the pair is free: a call that uses it in the meantime ends
     the stream with SessionStateError at its next round."""
@@ -196,8 +230,8 @@ def stream(pair: _core.Pair, model, prompt: np.ndarray, s: Settings, check) -> I
             pair.check_current(generation)
             new = pair.tokens(0)[sent:].copy()
             result = _results(pair, model, [prompt], s.stop_strings)[0] if pair.finish_reason(0) is not None else None
-        for token in new:
-            yield int(token)
+        if len(new):
+            yield new
         sent += len(new)
         if result is not None:
             return result

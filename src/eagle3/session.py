@@ -269,16 +269,24 @@ class _SpeculativeSession(Resource):
             raise InvalidArgumentError(f"{len(prompts)} prompts; this session runs 1 to n_seq = {self.n_seq}")
         return self._generate(prompts, max_new_tokens, kwargs)
 
-    def stream(self, prompt, max_new_tokens: int = 128, **kwargs) -> TokenStream:
-        """Like :meth:`generate`, but yields each token as soon as it is accepted.
+    def stream(self, prompt, max_new_tokens: int = 128, *, text: bool = False, **kwargs) -> TokenStream:
+        """Like :meth:`generate`, but yields each token as soon as it is accepted (an int), or
+        with ``text=True`` the text as it is produced (strs that never end inside a UTF-8
+        character; joined, they are the generation's text, spaces included).
 
         The returned iterator's ``generation`` holds the :class:`Generation`
         once it is exhausted. Between rounds the contexts are free: a call
         that uses them in the meantime ends the stream with SessionStateError.
         """
+        if not isinstance(text, bool):
+            raise ArgumentTypeError(f"text must be a bool, got {type(text).__name__}")
         s = self._settings(max_new_tokens, kwargs)
-        tokens = generation.prompt_tokens(self.target.model, prompt)
-        return TokenStream(generation.stream(self._live(), self.target.model, tokens, s, self._live))
+        model = self.target.model
+        tokens = generation.prompt_tokens(model, prompt)
+        rounds = generation.stream(self._live(), model, tokens, s, self._live)
+        if text:
+            return TokenStream(generation.stream_text(model, tokens, rounds))
+        return TokenStream(generation.one_by_one(rounds))
 
     # -- statistics --------------------------------------------------------
 
