@@ -5,6 +5,7 @@ import numpy.typing as npt
 
 MAX_SEQ: int
 MAX_LAYERS: int
+MAX_EXPERTS: int
 DRAFT_AUTO: int
 FINISH_REASONS: dict[int, str | None]
 SESSION_KINDS: dict[str, int]

@@ -379,6 +379,17 @@ cdef class ModelHandle:
     def is_eog(self, int32_t token):
         return llama_vocab_is_eog(self.vocab, token)
 
+    cdef int32_t _tokenize(self, const char * text, int32_t n_bytes, int32_t[::1] out, bint add_special,
+                           bint parse_special) except? -1:
+        cdef int32_t n = 0
+        cdef e3_error err
+        cdef int rc
+        with nogil:
+            rc = e3_tokenize(self.vocab, text, n_bytes, &out[0], <int32_t> out.shape[0], add_special, parse_special,
+                             &n, &err)
+        _check(rc, &err)
+        return n
+
     def tokenize(self, str text, bint add_special, bint parse_special):
         cdef bytes data = text.encode("utf-8")
         cdef char * cdata
@@ -386,24 +397,20 @@ cdef class ModelHandle:
         PyBytes_AsStringAndSize(data, &cdata, &n_bytes)
         if n_bytes >= 2**31 - 16:
             raise InvalidArgumentError("text too long to tokenize")
-        cdef int32_t cap = <int32_t> n_bytes + 8
-        out = np.empty(cap, dtype=np.int32)
-        cdef int32_t[::1] view = out
-        cdef int32_t n
-        with nogil:
-            n = llama_tokenize(self.vocab, cdata, <int32_t> n_bytes, &view[0], cap, add_special, parse_special)
-        if n < 0:
-            if n == -2**31:
-                raise InvalidArgumentError("tokenization overflowed int32")
-            cap = -n
-            out = np.empty(cap, dtype=np.int32)
-            view = out
-            with nogil:
-                n = llama_tokenize(self.vocab, cdata, <int32_t> n_bytes, &view[0], cap, add_special,
-                                   parse_special)
+        out = np.empty(<int32_t> n_bytes + 8, dtype=np.int32)
+        cdef int32_t n = self._tokenize(cdata, <int32_t> n_bytes, out, add_special, parse_special)
+        if n == -2**31:
+            raise InvalidArgumentError("tokenization overflowed int32")
+        if n < 0:  # more tokens than bytes (special tokens added): as many as it asked for
+            out = np.empty(-n, dtype=np.int32)
+            n = self._tokenize(cdata, <int32_t> n_bytes, out, add_special, parse_special)
             if n < 0:
                 raise Eagle3Error("tokenization failed")
-        return out[:n].copy()
+        out = out[:n].copy()
+        if n and (out.min() < 0 or out.max() >= self.n_vocab):
+            raise ModelLoadError(f"this model's tokenizer produced token ids outside its vocabulary (0.."
+                                 f"{self.n_vocab - 1}): {int(out.min())}..{int(out.max())}")
+        return out
 
     def detokenize(self, const int32_t[::1] tokens, bint remove_special, bint unparse_special):
         cdef int32_t n = <int32_t> tokens.shape[0]
@@ -416,15 +423,19 @@ cdef class ModelHandle:
         cdef int32_t cap = n * 8 + 16
         cdef bytearray buf = bytearray(cap)
         cdef char * p = buf
-        cdef int32_t got
+        cdef int32_t got = 0
+        cdef e3_error err
+        cdef int rc
         with nogil:
-            got = llama_detokenize(self.vocab, &tokens[0], n, p, cap, remove_special, unparse_special)
+            rc = e3_detokenize(self.vocab, &tokens[0], n, p, cap, remove_special, unparse_special, &got, &err)
+        _check(rc, &err)
         if got < 0:
             cap = -got + 1
             buf = bytearray(cap)
             p = buf
             with nogil:
-                got = llama_detokenize(self.vocab, &tokens[0], n, p, cap, remove_special, unparse_special)
+                rc = e3_detokenize(self.vocab, &tokens[0], n, p, cap, remove_special, unparse_special, &got, &err)
+            _check(rc, &err)
             if got < 0:
                 raise Eagle3Error("detokenization failed")
         return bytes(buf[:got]).decode("utf-8", "replace")
@@ -669,6 +680,8 @@ cdef class ContextHandle:
     cdef llama_context * ptr
     cdef llama_batch_ext * bext
     cdef e3_cancel * cancel                   # set: llama.cpp aborts this context's decodes
+    cdef void * pool                          # the thread pools attached (see use_threads)
+    cdef void * pool_batch
     cdef readonly ModelHandle model
     cdef readonly ContextHandle other
     cdef readonly uint32_t n_ctx, n_batch, n_ubatch, n_seq_max
@@ -804,6 +817,7 @@ cdef class ContextHandle:
         cdef int32_t rc
         _log_reset()
         e3_cancel_set(self.cancel, 0)  # a cancel is for what runs: not this decode
+        self.use_threads()
         cdef _SigintWatch watch = _SigintWatch().start(self.cancel)
         with nogil:
             rc = llama_process(self.ptr, LLAMA_PROCESS_TYPE_DECODE, self.bext)
@@ -822,6 +836,15 @@ cdef class ContextHandle:
         self.last_outputs = batch._out_np[:n].copy()
         self.last_n_outputs = n_out
         return 0
+
+    cdef void use_threads(self):
+        """Attach the calling thread's pools (before anything computes on this context)."""
+        cdef void * pool
+        cdef void * pool_batch
+        e3_threads_get(llama_n_threads(self.ptr), llama_n_threads_batch(self.ptr), &pool, &pool_batch)
+        if pool != self.pool or pool_batch != self.pool_batch:
+            e3_threads_attach(self.ptr, pool, pool_batch)
+            self.pool, self.pool_batch = pool, pool_batch
 
     def cancel_running(self):
         """Make what runs on this context stop at its next check (any thread, no lock)."""
@@ -931,6 +954,7 @@ cdef inline int _check(int rc, const e3_error * err) except -1:
 
 MAX_SEQ = e3_max_seq()
 MAX_LAYERS = e3_max_layers()
+MAX_EXPERTS = e3_max_experts()
 DRAFT_AUTO = E3_DRAFT_AUTO
 FINISH_REASONS = {E3_RUNNING: None, E3_FINISH_LENGTH: "length", E3_FINISH_STOP: "stop",
                   E3_FINISH_CONTEXT: "context", E3_FINISH_CANCELLED: "cancelled"}
@@ -1142,6 +1166,11 @@ cdef class Pair:
 
     # -- the step-by-step loop ----------------------------------------------
 
+    cdef void _use_threads(self):
+        self.target_ctx.use_threads()
+        if self.draft_ctx is not None:
+            self.draft_ctx.use_threads()
+
     cdef int _spec_done(self, int rc, const e3_error * err) except -1:
         # every session call may decode on the draft context: its logits are gone
         self.draft_ctx.outputs_lost(False)
@@ -1158,6 +1187,7 @@ cdef class Pair:
         cdef const int32_t[::1] view = arr
         cdef e3_error err
         _log_reset()
+        self._use_threads()
         cdef int rc = e3_spec_begin(self.session.ptr, seq_id, &view[0] if view.shape[0] else NULL,
                                     <int32_t> view.shape[0], &err)
         self._spec_done(rc, &err)
@@ -1185,6 +1215,7 @@ cdef class Pair:
         cdef e3_error err
         cdef int rc
         _log_reset()
+        self._use_threads()
         with nogil:
             rc = e3_spec_process(self.session.ptr, n, &t[0], &p[0], &s[0], &err)
         self._spec_done(rc, &err)
@@ -1206,6 +1237,7 @@ cdef class Pair:
         cdef e3_error err
         cdef int rc
         _log_reset()
+        self._use_threads()
         with nogil:
             rc = e3_spec_draft(self.session.ptr, nk, &a[0], &b[0], &c[0], &d[0], &out[0], stride, &L[0], &err)
         self._spec_done(rc, &err)
@@ -1243,6 +1275,7 @@ cdef class Pair:
     def accept(self, int32_t seq_id, int32_t n_accepted):
         cdef e3_error err
         _log_reset()
+        self._use_threads()
         cdef int rc = e3_spec_accept(self.session.ptr, seq_id, n_accepted, &err)
         self._spec_done(rc, &err)
 
@@ -1290,6 +1323,7 @@ cdef class Pair:
         cdef e3_error err
         cdef int rc
         _log_reset()
+        self._use_threads()
         for ctx in (self.target_ctx, self.draft_ctx):  # a cancel is for what runs: not this generation
             if ctx is not None:
                 e3_cancel_set((<ContextHandle> ctx).cancel, 0)
@@ -1319,6 +1353,7 @@ cdef class Pair:
         cdef e3_error err
         cdef int rc = 1
         _log_reset()
+        self._use_threads()
         cdef _SigintWatch watch = _SigintWatch().start(self.target_ctx.cancel)
         try:
             while rc > 0:

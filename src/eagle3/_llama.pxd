@@ -101,10 +101,6 @@ cdef extern from "llama.h" nogil:
     llama_token llama_vocab_bos(const llama_vocab * vocab)
     llama_token llama_vocab_eos(const llama_vocab * vocab)
     bint llama_vocab_get_add_bos(const llama_vocab * vocab)
-    int32_t llama_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len,
-                           llama_token * tokens, int32_t n_tokens_max, bint add_special, bint parse_special)
-    int32_t llama_detokenize(const llama_vocab * vocab, const llama_token * tokens, int32_t n_tokens,
-                             char * text, int32_t text_len_max, bint remove_special, bint unparse_special)
 
     void llama_memory_clear(llama_memory_t mem, bint data)
     bint llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1)

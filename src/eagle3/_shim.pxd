@@ -2,7 +2,7 @@
 # over common/speculative.h and the generation loop.
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
-from eagle3._llama cimport llama_context
+from eagle3._llama cimport llama_context, llama_vocab
 
 
 cdef extern from "eagle3_shim.h" nogil:
@@ -29,6 +29,7 @@ cdef extern from "eagle3_shim.h" nogil:
 
     int32_t e3_max_seq()
     int32_t e3_max_layers()
+    int32_t e3_max_experts()
 
     ctypedef struct e3_spec_config:
         uint32_t n_seq
@@ -87,6 +88,14 @@ cdef extern from "eagle3_shim.h" nogil:
                          e3_error * err)
     void e3_spec_reset_counters(e3_spec * spec)
     void e3_spec_print_upstream_stats(const e3_spec * spec)
+
+    int e3_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len, int32_t * tokens,
+                    int32_t n_tokens_max, int add_special, int parse_special, int32_t * n_out, e3_error * err)
+    int e3_detokenize(const llama_vocab * vocab, const int32_t * tokens, int32_t n_tokens, char * text,
+                      int32_t text_len_max, int remove_special, int unparse_special, int32_t * n_out, e3_error * err)
+
+    void e3_threads_get(int32_t n_threads, int32_t n_threads_batch, void ** pool, void ** pool_batch)
+    void e3_threads_attach(llama_context * ctx, void * pool, void * pool_batch)
 
     ctypedef struct e3_cancel
     e3_cancel * e3_cancel_attach(llama_context * ctx)

@@ -141,7 +141,41 @@ def _unique_tokens(h: _Header) -> Iterator[str]:
         yield "the vocabulary (tokenizer.ggml.tokens) has duplicate tokens"
 
 
-_LOAD_RULES = (_block_count, _norm_epsilons, _unique_tokens)
+def _experts(h: _Header) -> Iterator[str]:
+    # llama.cpp asserts these (load_hparams) for every architecture
+    if h.arch in ("hunyuan_vl", "hunyuan-dense") and (_int(h.key("expert_count")) or 0) <= 1:
+        return  # it treats these as dense
+    n_expert = _int(h.key("expert_count")) or 0
+    used_value = h.key("expert_used_count")
+    used = int(np.max(used_value)) if isinstance(used_value, np.ndarray) and used_value.size else \
+        (_int(used_value) or 0)
+    groups = _int(h.key("expert_group_count")) or 0
+    group_used = _int(h.key("expert_group_used_count")) or 0
+    if n_expert > _core.MAX_EXPERTS:
+        yield f"{h.arch}.expert_count = {n_expert} is more than llama.cpp's {_core.MAX_EXPERTS}"
+    elif used > n_expert:
+        yield f"{h.arch}.expert_used_count = {used} is more than expert_count = {n_expert}"
+    elif n_expert > 0 and used == 0:
+        yield f"{h.arch}.expert_count = {n_expert} but expert_used_count is 0 (or missing)"
+    elif n_expert > 0 and groups >= n_expert:
+        yield f"{h.arch}.expert_group_count = {groups} must be less than expert_count = {n_expert}"
+    elif n_expert > 0 and groups > 1 and (n_expert % groups or not 0 < group_used < groups):
+        yield (f"{h.arch}: {n_expert} experts in {groups} groups, {group_used} used: the groups must divide the "
+               "experts and 0 < expert_group_used_count < expert_group_count")
+    elif n_expert == 0 and groups:
+        yield f"{h.arch}.expert_group_count = {groups} without experts"
+
+
+_ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # llama.cpp's LLAMA_ROPE_SCALING_TYPES
+
+
+def _rope_scaling(h: _Header) -> Iterator[str]:
+    value = h.key("rope.scaling.type")
+    if isinstance(value, str) and value not in _ROPE_SCALING_TYPES:
+        yield f"{h.arch}.rope.scaling.type = {value!r} is none of {', '.join(_ROPE_SCALING_TYPES)}"
+
+
+_LOAD_RULES = (_block_count, _norm_epsilons, _unique_tokens, _experts, _rope_scaling)
 
 
 def load_problems(path: str, metadata: dict[str, Any], types: dict[str, str]) -> list[str]:

@@ -13,7 +13,10 @@
 #include "speculative.h"
 #include "llama-ext.h"
 #include "llama-cparams.h"  // LLAMA_MAX_SEQ
-#include "llama-hparams.h"  // LLAMA_MAX_LAYERS
+#include "llama-hparams.h"  // LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS
+#include "ggml-cpu.h"
+
+#include <pthread.h>
 
 #include <atomic>
 #include <csignal>
@@ -99,6 +102,7 @@ constexpr int32_t max_draft = 65535;  // common_speculative_accept takes a uint1
 
 extern "C" int32_t e3_max_seq(void) { return LLAMA_MAX_SEQ; }
 extern "C" int32_t e3_max_layers(void) { return LLAMA_MAX_LAYERS; }
+extern "C" int32_t e3_max_experts(void) { return LLAMA_MAX_EXPERTS; }
 
 // ---------------------------------------------------------------------------
 // Which targets EAGLE-3 can draft for
@@ -618,6 +622,92 @@ extern "C" void e3_spec_print_upstream_stats(const e3_spec * s) {
         common_speculative_print_stats(s->spec);
     } catch (...) {
     }
+}
+
+// ---------------------------------------------------------------------------
+// Threads: ggml's pools, per calling thread, renewed after fork()
+// ---------------------------------------------------------------------------
+
+namespace {
+
+std::atomic<uint64_t> g_forks{0};  // fork()s this process has come out of as the child
+
+void count_fork_in_child() { g_forks.fetch_add(1); }
+
+struct thread_pools {
+    struct entry {
+        int32_t n_threads;
+        ggml_threadpool_t pool;
+    };
+    std::vector<entry> pools;
+    uint64_t forks = 0;  // g_forks when these pools were made
+
+    ~thread_pools() {
+        if (forks == g_forks.load()) {  // (a parent's pools in a child have no threads to join)
+            for (auto & e : pools) {
+                ggml_threadpool_free(e.pool);
+            }
+        }
+    }
+
+    ggml_threadpool_t get(int32_t n_threads) {
+        static const int registered = pthread_atfork(nullptr, nullptr, count_fork_in_child);
+        (void) registered;
+        if (forks != g_forks.load()) {
+            pools.clear();  // made before a fork, in the parent: dropped, never freed
+            forks = g_forks.load();
+        }
+        for (auto & e : pools) {
+            if (e.n_threads == n_threads) {
+                return e.pool;
+            }
+        }
+        ggml_threadpool_params params = ggml_threadpool_params_default(n_threads);
+        ggml_threadpool_t pool = ggml_threadpool_new(&params);
+        pools.push_back({n_threads, pool});
+        return pool;
+    }
+};
+
+thread_local thread_pools t_pools;
+
+}  // namespace
+
+extern "C" void e3_threads_get(int32_t n_threads, int32_t n_threads_batch, void ** pool, void ** pool_batch) {
+    *pool = t_pools.get(std::max(n_threads, 1));
+    *pool_batch = t_pools.get(std::max(n_threads_batch, 1));
+}
+
+extern "C" void e3_threads_attach(llama_context * ctx, void * pool, void * pool_batch) {
+    llama_attach_threadpool(ctx, static_cast<ggml_threadpool_t>(pool), static_cast<ggml_threadpool_t>(pool_batch));
+}
+
+// ---------------------------------------------------------------------------
+// The tokenizer, with its exceptions caught
+// ---------------------------------------------------------------------------
+
+extern "C" int e3_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len, int32_t * tokens,
+                           int32_t n_tokens_max, int add_special, int parse_special, int32_t * n_out,
+                           e3_error * err) {
+    try {
+        *n_out = llama_tokenize(vocab, text, text_len, tokens, n_tokens_max, add_special, parse_special);
+    } catch (const std::exception & e) {
+        return fail(err, E3_ERR_ARG, "this model's vocabulary cannot tokenize the text (llama.cpp's tokenizer "
+                    "failed: %s); the file's tokenizer is incomplete", e.what());
+    }
+    return E3_OK;
+}
+
+extern "C" int e3_detokenize(const llama_vocab * vocab, const int32_t * tokens, int32_t n_tokens, char * text,
+                             int32_t text_len_max, int remove_special, int unparse_special, int32_t * n_out,
+                             e3_error * err) {
+    try {
+        *n_out = llama_detokenize(vocab, tokens, n_tokens, text, text_len_max, remove_special, unparse_special);
+    } catch (const std::exception & e) {
+        return fail(err, E3_ERR_ARG, "this model's vocabulary cannot render the tokens (llama.cpp's tokenizer "
+                    "failed: %s)", e.what());
+    }
+    return E3_OK;
 }
 
 // ---------------------------------------------------------------------------

@@ -49,9 +49,10 @@ typedef struct e3_error {
     char    message[1024];
 } e3_error;
 
-/* llama.cpp's own limits (LLAMA_MAX_SEQ, LLAMA_MAX_LAYERS). */
+/* llama.cpp's own limits (LLAMA_MAX_SEQ, LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS). */
 int32_t e3_max_seq(void);
 int32_t e3_max_layers(void);
+int32_t e3_max_experts(void);
 
 typedef struct e3_spec_config {
     uint32_t n_seq;       /* number of sequences the session tracks, 1..e3_max_seq() */
@@ -172,6 +173,28 @@ int e3_cancel_get(const e3_cancel * cancel);
  * nothing is installed when SIGINT is ignored or has the default action. */
 void e3_cancel_watch_sigint(e3_cancel * cancel);
 void e3_cancel_unwatch_sigint(void);
+
+/* Threads: ggml's own thread pools (eagle3 builds ggml without OpenMP, whose
+ * pool does not survive fork(): a child of a process that had decoded hung
+ * in it). Each calling thread gets its pools, one per thread count, shared
+ * by every context it drives (a target and its draft alternate on the same
+ * workers, as OpenMP's team did), freed when the thread exits. A forked
+ * child drops its parent's pools unfreed (their threads are not in the
+ * child) and makes new ones on first use.
+ *
+ * e3_threads_get gives this thread's pools for a context's thread counts;
+ * e3_threads_attach attaches them. Before every call that may compute on a
+ * context, get them and attach them if they are not the ones attached. */
+void e3_threads_get(int32_t n_threads, int32_t n_threads_batch, void ** pool, void ** pool_batch);
+void e3_threads_attach(struct llama_context * ctx, void * pool, void * pool_batch);
+
+/* llama_tokenize and llama_detokenize, as llama.h has them (*n_out as their
+ * return value), but the C++ exceptions a broken vocabulary throws (a
+ * "llama" vocabulary without byte tokens, say) become E3_ERR_ARG. */
+int e3_tokenize(const struct llama_vocab * vocab, const char * text, int32_t text_len, int32_t * tokens,
+                int32_t n_tokens_max, int add_special, int parse_special, int32_t * n_out, e3_error * err);
+int e3_detokenize(const struct llama_vocab * vocab, const int32_t * tokens, int32_t n_tokens, char * text,
+                  int32_t text_len_max, int remove_special, int unparse_special, int32_t * n_out, e3_error * err);
 
 /* EAGLE-3 support of a target architecture (general.architecture): 0 none,
  * 1 its layer inputs (target layer ids < n_layer), 2 also its final hidden
