@@ -148,10 +148,8 @@ def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, exam
         # llamafile's tinyBLAS: matrix products that reuse each weight across
         # the tokens of a pass (verification, prompts).
         f"-DGGML_LLAMAFILE={'ON' if llamafile else off}",
-        # ggml's own thread pool, which the shim keeps per calling thread and
-        # renews after fork(), instead of OpenMP's, in which a forked child of a
-        # process that had decoded hangs.
-        f"-DGGML_OPENMP={off}",
+        # llama.cpp's default, stated: a build dir configured otherwise is set back
+        "-DGGML_OPENMP=ON",
     ]
 
 

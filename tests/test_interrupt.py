@@ -86,7 +86,8 @@ def test_cancel_from_another_thread_ends_the_generation_with_what_it_has(long_se
     thread.join()
     assert g.finish_reason == "cancelled"
     assert 0 < len(g.tokens) < 8000
-    assert g.tokens[:50].tolist() == greedy(model, [5, 6, 7], 50)
+    n = min(50, len(g.tokens))
+    assert g.tokens[:n].tolist() == greedy(model, [5, 6, 7], n)
     # a generation after it is whole, and right
     again = session.generate([5, 6, 7], 40)
     assert again.finish_reason == "length" and again.tokens.tolist() == greedy(model, [5, 6, 7], 40)

@@ -75,3 +75,32 @@ def test_a_vocabulary_without_byte_tokens_cannot_tokenize_but_does_not_abort(pai
     path = rewrite(target, tmp_path / "spm.gguf", set_kv={"tokenizer.ggml.model": ("llama", T.STRING)})
     message = expect_exception(USE, "InvalidArgumentError", str(path), "é ü ∑ 漢字")
     assert "vocabulary cannot tokenize" in message
+
+
+def test_a_model_read_into_memory_instead_of_mapped_decodes_the_same(pair_paths):
+    import eagle3
+
+    target, _ = pair_paths["chain"]
+    outputs = []
+    for use_mmap, use_mlock in ((None, False), (False, False), (True, False), (False, True)):
+        with eagle3.Model(target, use_mmap=use_mmap, use_mlock=use_mlock) as model, eagle3.Context(model) as ctx:
+            outputs.append(ctx.generate([5, 6, 7], 12).tokens.tolist())
+    assert all(o == outputs[0] for o in outputs)
+    with pytest.raises(eagle3.ArgumentTypeError):
+        eagle3.Model(target, use_mmap="no")
+
+
+@pytest.mark.parametrize("kv, code", [({"llama.attention.causal": (False, T.BOOL)}, "target-not-causal"),
+                                      ({"llama.pooling_type": (1, T.UINT32)}, "target-not-causal")])
+def test_a_model_that_is_not_a_causal_lm_is_refused_as_a_target_and_warned_about(pair_paths, tmp_path, kv, code,
+                                                                                 caplog):
+    import eagle3
+
+    target, draft = pair_paths["random"]
+    path = rewrite(target, tmp_path / "embedding.gguf", set_kv=kv)
+    assert code in eagle3.check_pair(path, draft).codes
+    with eagle3.Model(path) as model:
+        with caplog.at_level("WARNING", logger="eagle3"):
+            eagle3.Context(model).close()
+    assert any("cannot generate" in r.getMessage() or "embedding model" in r.getMessage() for r in caplog.records)
+    assert eagle3.check_pair(target, draft).ok

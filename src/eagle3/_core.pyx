@@ -301,13 +301,19 @@ cdef class ModelHandle:
     cdef object __weakref__
 
     def __cinit__(self, path, int n_gpu_layers=0, bint load_mtp=False, bint vocab_only=False,
-                  bint check_tensors=False):
+                  bint check_tensors=False, use_mmap=None, bint use_mlock=False):
         cdef bytes bpath = _fs_path(path)
         cdef llama_model_params params = llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.load_mtp = load_mtp
         params.vocab_only = vocab_only
         params.check_tensors = check_tensors
+        if use_mmap is None:  # llama.cpp's choice (mapping the file, on a CPU)
+            params.load_mode = LLAMA_LOAD_MODE_MLOCK if use_mlock else LLAMA_LOAD_MODE_AUTO
+        elif use_mmap:
+            params.load_mode = LLAMA_LOAD_MODE_MMAP_MLOCK if use_mlock else LLAMA_LOAD_MODE_MMAP
+        else:
+            params.load_mode = LLAMA_LOAD_MODE_MLOCK if use_mlock else LLAMA_LOAD_MODE_NONE
         cdef const char * cpath = bpath
         cdef llama_model * m
         _log_reset()
@@ -680,8 +686,6 @@ cdef class ContextHandle:
     cdef llama_context * ptr
     cdef llama_batch_ext * bext
     cdef e3_cancel * cancel                   # set: llama.cpp aborts this context's decodes
-    cdef void * pool                          # the thread pools attached (see use_threads)
-    cdef void * pool_batch
     cdef readonly ModelHandle model
     cdef readonly ContextHandle other
     cdef readonly uint32_t n_ctx, n_batch, n_ubatch, n_seq_max
@@ -817,7 +821,6 @@ cdef class ContextHandle:
         cdef int32_t rc
         _log_reset()
         e3_cancel_set(self.cancel, 0)  # a cancel is for what runs: not this decode
-        self.use_threads()
         cdef _SigintWatch watch = _SigintWatch().start(self.cancel)
         with nogil:
             rc = llama_process(self.ptr, LLAMA_PROCESS_TYPE_DECODE, self.bext)
@@ -836,15 +839,6 @@ cdef class ContextHandle:
         self.last_outputs = batch._out_np[:n].copy()
         self.last_n_outputs = n_out
         return 0
-
-    cdef void use_threads(self):
-        """Attach the calling thread's pools (before anything computes on this context)."""
-        cdef void * pool
-        cdef void * pool_batch
-        e3_threads_get(llama_n_threads(self.ptr), llama_n_threads_batch(self.ptr), &pool, &pool_batch)
-        if pool != self.pool or pool_batch != self.pool_batch:
-            e3_threads_attach(self.ptr, pool, pool_batch)
-            self.pool, self.pool_batch = pool, pool_batch
 
     def cancel_running(self):
         """Make what runs on this context stop at its next check (any thread, no lock)."""
@@ -1166,11 +1160,6 @@ cdef class Pair:
 
     # -- the step-by-step loop ----------------------------------------------
 
-    cdef void _use_threads(self):
-        self.target_ctx.use_threads()
-        if self.draft_ctx is not None:
-            self.draft_ctx.use_threads()
-
     cdef int _spec_done(self, int rc, const e3_error * err) except -1:
         # every session call may decode on the draft context: its logits are gone
         self.draft_ctx.outputs_lost(False)
@@ -1187,7 +1176,6 @@ cdef class Pair:
         cdef const int32_t[::1] view = arr
         cdef e3_error err
         _log_reset()
-        self._use_threads()
         cdef int rc = e3_spec_begin(self.session.ptr, seq_id, &view[0] if view.shape[0] else NULL,
                                     <int32_t> view.shape[0], &err)
         self._spec_done(rc, &err)
@@ -1215,7 +1203,6 @@ cdef class Pair:
         cdef e3_error err
         cdef int rc
         _log_reset()
-        self._use_threads()
         with nogil:
             rc = e3_spec_process(self.session.ptr, n, &t[0], &p[0], &s[0], &err)
         self._spec_done(rc, &err)
@@ -1237,7 +1224,6 @@ cdef class Pair:
         cdef e3_error err
         cdef int rc
         _log_reset()
-        self._use_threads()
         with nogil:
             rc = e3_spec_draft(self.session.ptr, nk, &a[0], &b[0], &c[0], &d[0], &out[0], stride, &L[0], &err)
         self._spec_done(rc, &err)
@@ -1275,7 +1261,6 @@ cdef class Pair:
     def accept(self, int32_t seq_id, int32_t n_accepted):
         cdef e3_error err
         _log_reset()
-        self._use_threads()
         cdef int rc = e3_spec_accept(self.session.ptr, seq_id, n_accepted, &err)
         self._spec_done(rc, &err)
 
@@ -1323,7 +1308,6 @@ cdef class Pair:
         cdef e3_error err
         cdef int rc
         _log_reset()
-        self._use_threads()
         for ctx in (self.target_ctx, self.draft_ctx):  # a cancel is for what runs: not this generation
             if ctx is not None:
                 e3_cancel_set((<ContextHandle> ctx).cancel, 0)
@@ -1353,7 +1337,6 @@ cdef class Pair:
         cdef e3_error err
         cdef int rc = 1
         _log_reset()
-        self._use_threads()
         cdef _SigintWatch watch = _SigintWatch().start(self.target_ctx.cancel)
         try:
             while rc > 0:

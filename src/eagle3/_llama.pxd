@@ -29,12 +29,20 @@ cdef extern from "llama.h" nogil:
     enum:  # enum llama_vocab_type (its name is also a function's)
         LLAMA_VOCAB_TYPE_NONE
 
+    enum:  # enum llama_load_mode
+        LLAMA_LOAD_MODE_AUTO
+        LLAMA_LOAD_MODE_NONE
+        LLAMA_LOAD_MODE_MMAP
+        LLAMA_LOAD_MODE_MLOCK
+        LLAMA_LOAD_MODE_MMAP_MLOCK
+
     enum llama_process_type:
         LLAMA_PROCESS_TYPE_ENCODE
         LLAMA_PROCESS_TYPE_DECODE
 
     cdef struct llama_model_params:
         int32_t n_gpu_layers
+        int load_mode  # enum llama_load_mode
         llama_progress_callback progress_callback
         void * progress_callback_user_data
         bint vocab_only

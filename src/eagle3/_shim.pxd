@@ -94,9 +94,6 @@ cdef extern from "eagle3_shim.h" nogil:
     int e3_detokenize(const llama_vocab * vocab, const int32_t * tokens, int32_t n_tokens, char * text,
                       int32_t text_len_max, int remove_special, int unparse_special, int32_t * n_out, e3_error * err)
 
-    void e3_threads_get(int32_t n_threads, int32_t n_threads_batch, void ** pool, void ** pool_batch)
-    void e3_threads_attach(llama_context * ctx, void * pool, void * pool_batch)
-
     ctypedef struct e3_cancel
     e3_cancel * e3_cancel_attach(llama_context * ctx)
     void e3_cancel_free(e3_cancel * cancel)

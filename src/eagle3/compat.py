@@ -239,6 +239,22 @@ def _target(p: _Pair) -> Iterator[Problem]:
         yield Problem("target-hidden-size", f"target embedding_length {p.t_embd} is invalid")
 
 
+def not_causal_lm(h: _Header) -> str | None:
+    """Why the model in ``h`` is not a causal language model (None if it is one)."""
+    if h.key("attention.causal") is False:
+        return f"{h.arch}.attention.causal is false: it attends to later tokens, so it cannot generate"
+    pooling = _int(h.key("pooling_type"))
+    if pooling:
+        return f"{h.arch}.pooling_type = {pooling}: it is an embedding model, not a language model"
+    return None
+
+
+def _target_causal(p: _Pair) -> Iterator[Problem]:
+    reason = not_causal_lm(p.t)
+    if reason:
+        yield Problem("target-not-causal", f"the target cannot be speculated on: {reason}")
+
+
 def _draft_shape(p: _Pair) -> Iterator[Problem]:
     d = p.d
     if _int(d.key("block_count")) != 1:
@@ -330,7 +346,7 @@ def _draft_architecture(p: _Pair) -> Iterator[Problem]:
                       "(3 extract layers) built for this target")
 
 
-_TARGET_RULES: tuple[Rule, ...] = (_target,)
+_TARGET_RULES: tuple[Rule, ...] = (_target, _target_causal)
 _DRAFT_RULES: tuple[Rule, ...] = (_draft_shape, _target_layers, _hidden_size, _vocabulary, _borrowed, _d2t)
 
 

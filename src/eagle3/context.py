@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from eagle3 import _core, _logging, generation
+from eagle3 import _core, _logging, compat, generation
 from eagle3._core import Batch
 from eagle3._lifetime import Resource
 from eagle3.compat import check_pair
@@ -52,7 +52,11 @@ def _threads(other: Context | None, n_threads, n_threads_batch) -> tuple[int, in
 
 
 def _check_model_fits(model: Model, ctx_type: str, other: Context | None) -> None:
-    """Refuse a context llama.cpp would build a broken graph for (it aborts)."""
+    """Refuse a context llama.cpp would build a broken graph for (it aborts); warn about a
+    model whose logits are not next-token predictions."""
+    reason = compat.not_causal_lm(compat._header(model))
+    if reason and model.architecture != "eagle3":
+        _logging.logger.warning("Context over %s: %s", model.path, reason)
     if ctx_type == "mtp" and (model.n_layer_nextn <= 0 or not model.load_mtp):
         raise ContextError(
             f"ctx_type='mtp' needs a model with NextN (MTP) layers loaded with load_mtp=True; {model.path} "

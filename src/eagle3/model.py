@@ -20,12 +20,21 @@ class Model(Resource):
     NextN (MTP) heads a model may carry; ``None`` loads them when the file has
     any. Close it (or use ``with``) to free it; closing a model first closes
     every context created over it.
+
+    ``use_mmap`` (default: llama.cpp's choice, which maps the file on a CPU)
+    maps the file instead of reading it: loading is quick and the pages are
+    shared with other processes, but the file must not change while the model
+    is open: truncating or rewriting it kills the process (SIGBUS), which no
+    library can turn into an exception. ``use_mmap=False`` reads it into memory.
+    ``use_mlock`` keeps the weights in RAM (no swapping; needs the memory lock
+    limit, ``ulimit -l``).
     """
 
     _kind = "model"
 
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, *, load_mtp: bool | None = None,
-                 vocab_only: bool = False, check_tensors: bool = False) -> None:
+                 vocab_only: bool = False, check_tensors: bool = False, use_mmap: bool | None = None,
+                 use_mlock: bool = False) -> None:
         super().__init__()
         try:
             self.path = os.fspath(path)
@@ -42,9 +51,14 @@ class Model(Resource):
         if problems:
             raise ModelLoadError(f"{self.path}: {problems[0]}")
         if load_mtp is None:
-            load_mtp = int(self._metadata.get(f"{self.architecture}.nextn_predict_layers", 0) or 0) > 0
+            nextn = self._metadata.get(f"{self.architecture}.nextn_predict_layers")
+            load_mtp = isinstance(nextn, (int, np.integer)) and not isinstance(nextn, bool) and nextn > 0
         self.load_mtp = bool(load_mtp)
-        self._handle = h = _core.ModelHandle(self.path, n_gpu_layers, self.load_mtp, vocab_only, check_tensors)
+        for name, value in (("use_mmap", use_mmap), ("use_mlock", use_mlock)):
+            if value is not None and not isinstance(value, bool):
+                raise ArgumentTypeError(f"{name} must be a bool, got {type(value).__name__}")
+        self._handle = h = _core.ModelHandle(self.path, n_gpu_layers, self.load_mtp, vocab_only, check_tensors,
+                                             use_mmap, use_mlock)
         self.n_vocab: int = h.n_vocab
         self.n_layer: int = h.n_layer
         self.n_layer_nextn: int = h.n_layer_nextn

@@ -14,9 +14,6 @@
 #include "llama-ext.h"
 #include "llama-cparams.h"  // LLAMA_MAX_SEQ
 #include "llama-hparams.h"  // LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS
-#include "ggml-cpu.h"
-
-#include <pthread.h>
 
 #include <atomic>
 #include <csignal>
@@ -622,64 +619,6 @@ extern "C" void e3_spec_print_upstream_stats(const e3_spec * s) {
         common_speculative_print_stats(s->spec);
     } catch (...) {
     }
-}
-
-// ---------------------------------------------------------------------------
-// Threads: ggml's pools, per calling thread, renewed after fork()
-// ---------------------------------------------------------------------------
-
-namespace {
-
-std::atomic<uint64_t> g_forks{0};  // fork()s this process has come out of as the child
-
-void count_fork_in_child() { g_forks.fetch_add(1); }
-
-struct thread_pools {
-    struct entry {
-        int32_t n_threads;
-        ggml_threadpool_t pool;
-    };
-    std::vector<entry> pools;
-    uint64_t forks = 0;  // g_forks when these pools were made
-
-    ~thread_pools() {
-        if (forks == g_forks.load()) {  // (a parent's pools in a child have no threads to join)
-            for (auto & e : pools) {
-                ggml_threadpool_free(e.pool);
-            }
-        }
-    }
-
-    ggml_threadpool_t get(int32_t n_threads) {
-        static const int registered = pthread_atfork(nullptr, nullptr, count_fork_in_child);
-        (void) registered;
-        if (forks != g_forks.load()) {
-            pools.clear();  // made before a fork, in the parent: dropped, never freed
-            forks = g_forks.load();
-        }
-        for (auto & e : pools) {
-            if (e.n_threads == n_threads) {
-                return e.pool;
-            }
-        }
-        ggml_threadpool_params params = ggml_threadpool_params_default(n_threads);
-        ggml_threadpool_t pool = ggml_threadpool_new(&params);
-        pools.push_back({n_threads, pool});
-        return pool;
-    }
-};
-
-thread_local thread_pools t_pools;
-
-}  // namespace
-
-extern "C" void e3_threads_get(int32_t n_threads, int32_t n_threads_batch, void ** pool, void ** pool_batch) {
-    *pool = t_pools.get(std::max(n_threads, 1));
-    *pool_batch = t_pools.get(std::max(n_threads_batch, 1));
-}
-
-extern "C" void e3_threads_attach(llama_context * ctx, void * pool, void * pool_batch) {
-    llama_attach_threadpool(ctx, static_cast<ggml_threadpool_t>(pool), static_cast<ggml_threadpool_t>(pool_batch));
 }
 
 // ---------------------------------------------------------------------------

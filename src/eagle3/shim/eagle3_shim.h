@@ -174,20 +174,6 @@ int e3_cancel_get(const e3_cancel * cancel);
 void e3_cancel_watch_sigint(e3_cancel * cancel);
 void e3_cancel_unwatch_sigint(void);
 
-/* Threads: ggml's own thread pools (eagle3 builds ggml without OpenMP, whose
- * pool does not survive fork(): a child of a process that had decoded hung
- * in it). Each calling thread gets its pools, one per thread count, shared
- * by every context it drives (a target and its draft alternate on the same
- * workers, as OpenMP's team did), freed when the thread exits. A forked
- * child drops its parent's pools unfreed (their threads are not in the
- * child) and makes new ones on first use.
- *
- * e3_threads_get gives this thread's pools for a context's thread counts;
- * e3_threads_attach attaches them. Before every call that may compute on a
- * context, get them and attach them if they are not the ones attached. */
-void e3_threads_get(int32_t n_threads, int32_t n_threads_batch, void ** pool, void ** pool_batch);
-void e3_threads_attach(struct llama_context * ctx, void * pool, void * pool_batch);
-
 /* llama_tokenize and llama_detokenize, as llama.h has them (*n_out as their
  * return value), but the C++ exceptions a broken vocabulary throws (a
  * "llama" vocabulary without byte tokens, say) become E3_ERR_ARG. */
