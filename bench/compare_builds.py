@@ -16,44 +16,18 @@ import json
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 from common import PROMPT, pair
 
 WORKLOAD = r"""
 import json, sys, time
-import numpy as np
 import eagle3
 
 target_path, draft_path, name, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 prompt = json.loads(sys.argv[5])
-
-
-def python_loop(session, target, n_new):
-    batch = eagle3.Batch(len(prompt) + session.n_draft_max + 1)
-    batch.add_sequence(prompt)
-    target.decode(batch)
-    session.process(batch)
-    n_past, last, out = len(prompt), target.argmax(-1), []
-    while len(out) < n_new:
-        draft = session.draft(0, n_past, last)
-        batch.clear()
-        batch.add(last, n_past, 0, True)
-        batch.add_arrays(draft, np.arange(n_past + 1, n_past + 1 + len(draft)), 0, True)
-        target.decode(batch)
-        session.process(batch)
-        accepted = []
-        for i, token in enumerate(draft):
-            accepted.append(target.argmax(i))
-            if accepted[-1] != token:
-                break
-        else:
-            accepted.append(target.argmax(len(draft)))
-        session.accept(0, len(accepted) - 1)
-        out += [last] + accepted[:-1]
-        n_past += len(accepted)
-        last = accepted[-1]
-        target.seq_rm(0, n_past)
-    return len(out)
+sys.path.insert(0, sys.argv[6])
+from eagle3_loop import speculative_generate  # the step-by-step loop, public API only
 
 
 with eagle3.Model(target_path) as tm, eagle3.Model(draft_path) as dm, \
@@ -67,7 +41,7 @@ with eagle3.Model(target_path) as tm, eagle3.Model(draft_path) as dm, \
         if name == "python-loop":
             target.clear()
             draft.clear()
-            return python_loop(session, target, n)
+            return len(speculative_generate(session, target, prompt, n))
         return len(session.generate(prompt, n, n_draft_max="auto" if name == "auto" else int(name[6:])).tokens)
 
     run()  # warm-up: graphs, caches
@@ -80,7 +54,8 @@ WORKLOADS = ("spec-n4", "auto", "plain", "batch4", "python-loop")
 
 
 def tokens_per_s(python: str, target: str, draft: str, name: str, n: int) -> float:
-    out = subprocess.run([python, "-c", WORKLOAD, target, draft, name, str(n), json.dumps(PROMPT)],
+    examples = str(Path(__file__).resolve().parent.parent / "examples")
+    out = subprocess.run([python, "-c", WORKLOAD, target, draft, name, str(n), json.dumps(PROMPT), examples],
                          capture_output=True, text=True, check=True, cwd="/")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
