@@ -6,6 +6,7 @@ signal, not as the eagle3 exception the case expects.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import expect_exception
@@ -104,3 +105,67 @@ def test_a_model_that_is_not_a_causal_lm_is_refused_as_a_target_and_warned_about
             eagle3.Context(model).close()
     assert any("cannot generate" in r.getMessage() or "embedding model" in r.getMessage() for r in caplog.records)
     assert eagle3.check_pair(target, draft).ok
+
+
+def _with_weights(src, dst, fill):
+    """``src`` with every weight matrix (float tensors of two or more dimensions) passed through ``fill``."""
+    from gguf_edit import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    changed = {t.name: fill(np.array(t.data)) for t in reader.tensors
+               if len(t.shape) >= 2 and np.array(t.data).dtype.kind == "f"}
+    assert changed
+    return rewrite(src, dst, set_tensors=changed)
+
+
+def _poison(value):
+    def fill(w):
+        w = w.copy()
+        w.flat[:: max(1, w.size // 7)] = value
+        return w
+    return fill
+
+
+GENERATE_EACH_WAY = """
+m = eagle3.Model(sys.argv[1]); d = eagle3.Model(sys.argv[2])
+t = eagle3.Context(m); dc = eagle3.Context(d, other=t)
+s = eagle3.Eagle3Session(t, dc, n_draft_max=3)
+def step_by_step():
+    t.clear()
+    t.decode(eagle3.Batch.from_tokens([1, 2, 3]))
+    t.argmax(-1)
+
+for call in (lambda: t.generate([1, 2, 3], 8), lambda: s.generate([1, 2, 3], 8),
+             lambda: s.generate([1, 2, 3], 8, temperature=0.8, seed=1), step_by_step):
+    try:
+        call()
+    except eagle3.DecodeError as e:
+        print("DecodeError", e)
+s.generate([1, 2, 3], 8)
+"""
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_a_target_with_nan_or_inf_weights_raises_instead_of_generating_garbage(pair_paths, tmp_path, value):
+    target, draft = pair_paths["random"]
+    path = _with_weights(target, tmp_path / "poisoned.gguf", _poison(value))
+    out = expect_exception(GENERATE_EACH_WAY, "DecodeError", str(path), str(draft))
+    # every way of generating says so, and a next call fails the same way (no state error)
+    assert out.count("DecodeError") == 4 + 1 and out.count("NaN or +inf") == 5
+
+
+def test_a_model_with_all_zero_weights_is_warned_about(pair_paths, tmp_path, caplog):
+    import eagle3
+
+    target, draft = pair_paths["random"]
+    zero = _with_weights(target, tmp_path / "zero.gguf", np.zeros_like)
+    zero_draft = _with_weights(draft, tmp_path / "zero-draft.gguf", np.zeros_like)
+    with eagle3.Model(zero) as tm, eagle3.Model(zero_draft) as dm, caplog.at_level("WARNING", logger="eagle3"):
+        with eagle3.Context(tm) as tc, eagle3.Context(dm, other=tc):
+            tc.generate([1, 2, 3], 4)
+    warned = [r.getMessage() for r in caplog.records if "weights look unset" in r.getMessage()]
+    assert len(warned) == 2 and str(zero) in warned[0] and str(zero_draft) in warned[1]
+    caplog.clear()
+    with eagle3.Model(target) as tm, caplog.at_level("WARNING", logger="eagle3"):
+        eagle3.Context(tm).close()
+    assert not caplog.records

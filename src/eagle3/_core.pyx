@@ -880,6 +880,9 @@ cdef class ContextHandle:
             raise DecodeError(f"llama.cpp has no logits for entry {i}")
         cdef int32_t j, best = 0
         cdef int32_t nv = self.model.n_vocab
+        if not e3_logits_usable(p, nv):
+            raise DecodeError(f"the logits of entry {i} contain NaN or +inf (or are all -inf): the model's weights "
+                              f"are corrupt or its activations overflow")
         cdef float v = p[0]
         for j in range(1, nv):
             if p[j] > v:

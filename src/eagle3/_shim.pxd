@@ -148,3 +148,4 @@ cdef extern from "eagle3_engine.h" nogil:
     int32_t e3_engine_n_tokens(const e3_engine * engine, int32_t i)
     int32_t e3_engine_finish(const e3_engine * engine, int32_t i)
     void e3_engine_counters(const e3_engine * engine, int32_t i, e3_counters * out, const e3_histograms * hist)
+    int e3_logits_usable(const float * logits, int32_t n)

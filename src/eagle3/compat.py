@@ -249,6 +249,23 @@ def not_causal_lm(h: _Header) -> str | None:
     return None
 
 
+def unset_weights(h: _Header, sample_bytes: int = 4096) -> str | None:
+    """Why the weights in ``h`` look unset (None if they do not): every weight matrix reads
+    as zero bytes at its start, middle and end. Zero bytes are zero weights in every ggml
+    type; a model that is all zeros loads and decodes, and predicts nothing."""
+    matrices = [t for t in h.tensors.values() if len(t.shape) >= 2 and t.nbytes > 0]
+    if not matrices:
+        return None
+    with open(h.path, "rb") as f:
+        for t in matrices:
+            n = min(sample_bytes, t.nbytes)
+            for start in (0, (t.nbytes - n) // 2, t.nbytes - n):
+                f.seek(t.offset + start)
+                if any(f.read(n)):
+                    return None
+    return f"all {len(matrices)} weight matrices read as zeros: the weights look unset, and it predicts nothing"
+
+
 def _target_causal(p: _Pair) -> Iterator[Problem]:
     reason = not_causal_lm(p.t)
     if reason:

@@ -327,10 +327,22 @@ struct e3_engine {
         return rc != E3_OK && cancelled() ? E3_CANCELLED : rc;  // (a cancel also stops the draft side)
     }
 
-    int32_t sample_row(sequence & s, int32_t row) {
+    // the sampled token, or -1 (err filled) when the row has no usable logits
+    int32_t sample_row(sequence & s, int32_t row, e3_error * err) {
         const auto t0 = clock_type::now();
         const float * logits = llama_get_logits_ith(ctx, row);
-        const int32_t token = logits ? smpl.sample(logits, n_vocab, sampling, s.rng) : 0;
+        if (!logits) {
+            fail(err, E3_ERR_DECODE, "the target returned no logits for batch row %d", (int) row);
+            return -1;
+        }
+        if (!e3_logits_usable(logits, n_vocab)) {
+            // NaN or infinite weights (or activations that overflow) give rows with no
+            // token to pick: greedy would return an arbitrary id as if it were the answer
+            fail(err, E3_ERR_DECODE, "the target's logits for sequence %d contain NaN or +inf (or are all -inf): "
+                 "its weights are corrupt or its activations overflow", (int) s.seq_id);
+            return -1;
+        }
+        const int32_t token = smpl.sample(logits, n_vocab, sampling, s.rng);
         const double dt = seconds_since(t0);
         s.tally.c.t_sample_s += dt;
         total.c.t_sample_s += dt;
@@ -390,6 +402,16 @@ struct e3_engine {
 // ---------------------------------------------------------------------------
 // Starting a generation: check the request, reset the sequences, prefill
 // ---------------------------------------------------------------------------
+
+extern "C" int e3_logits_usable(const float * logits, int32_t n) {
+    bool finite = true;
+    float max = -INFINITY;
+    for (int32_t i = 0; i < n; ++i) {
+        finite &= !std::isnan(logits[i]) && logits[i] != INFINITY;
+        max = std::max(max, logits[i]);
+    }
+    return finite && max > -INFINITY;
+}
 
 extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, e3_cancel * cancel,
                                         e3_error * err) {
@@ -575,7 +597,10 @@ static int prefill(e3_engine * e, const e3_request & r, e3_error * err) {
             for (auto [req, row] : ready) {
                 sequence & s = e->seqs[req];
                 s.n_past = r.n_prompt[req];
-                s.id_last = e->sample_row(s, row);
+                s.id_last = e->sample_row(s, row, err);
+                if (s.id_last < 0) {
+                    return E3_ERR_DECODE;
+                }
                 e->emit(s, s.id_last);
             }
             ready.clear();
@@ -721,20 +746,24 @@ static int verify(e3_engine * e, e3_error * err) {
 }
 
 // the target's token at each verified row, while the drafts agree with it
-static void sample(e3_engine * e) {
+static int sample(e3_engine * e, e3_error * err) {
     for (sequence & s : e->seqs) {
         if (!s.live) {
             continue;
         }
         s.accepted.clear();
         for (int32_t k = 0;; ++k) {
-            const int32_t token = e->sample_row(s, s.row0 + k);
+            const int32_t token = e->sample_row(s, s.row0 + k, err);
+            if (token < 0) {
+                return E3_ERR_DECODE;
+            }
             s.accepted.push_back(token);
             if (k == s.draft_len || token != s.draft[k]) {
                 break;
             }
         }
     }
+    return E3_OK;
 }
 
 // the session reads the target's hidden states of the verified rows, up to
@@ -850,7 +879,9 @@ static int engine_step(e3_engine * e, e3_error * err) {
         rc = verify(e, err);
     }
     if (rc == E3_OK) {
-        sample(e);
+        rc = sample(e, err);
+    }
+    if (rc == E3_OK) {
         rc = process(e, err);
     }
     if (rc == E3_OK) {

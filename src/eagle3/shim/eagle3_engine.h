@@ -89,6 +89,10 @@ int32_t e3_engine_finish(const e3_engine * engine, int32_t i);
  * in). hist may be NULL. */
 void e3_engine_counters(const e3_engine * engine, int32_t i, e3_counters * out, const e3_histograms * hist);
 
+/* Whether a row of n logits has a token to pick: no NaN, no +inf, not all -inf
+ * (a model with NaN or infinite weights gives rows without one). */
+int e3_logits_usable(const float * logits, int32_t n);
+
 #ifdef __cplusplus
 }
 #endif
