@@ -41,3 +41,20 @@ def rewrite(src: Path, dst: Path, *, set_kv: dict | None = None, drop_kv=(), dro
     writer.write_tensors_to_file()
     writer.close()
     return Path(dst)
+
+
+def as_qwen3(src: Path, dst: Path) -> Path:
+    """Write ``dst``: the ``llama`` target ``src`` as a ``qwen3`` model, the same weights plus
+    unit per-head norms of q and k (what qwen3 adds), so the qwen3 loader and graph run."""
+    reader = gguf.GGUFReader(str(src))
+    set_kv, drop = {"general.architecture": ("qwen3", T.STRING)}, []
+    for field in reader.fields.values():
+        if field.name.startswith("llama."):
+            sub_type = (field.types[-1],) if field.types[0] == T.ARRAY else ()
+            set_kv["qwen3." + field.name[len("llama."):]] = (field.contents(), field.types[0], *sub_type)
+            drop.append(field.name)
+    meta = {f.name: f.contents() for f in reader.fields.values()}
+    head_dim = meta["llama.embedding_length"] // meta["llama.attention.head_count"]
+    norms = {f"blk.{i}.attn_{w}_norm.weight": np.ones(head_dim, np.float32)
+             for i in range(meta["llama.block_count"]) for w in "qk"}
+    return rewrite(src, dst, set_kv=set_kv, drop_kv=drop, set_tensors=norms)

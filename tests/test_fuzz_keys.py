@@ -1,6 +1,6 @@
 """Semantic fuzzing of the keys llama.cpp's loader and tokenizer read.
 
-For each key the pinned loader reads for a llama target, its tokenizer and an
+For each key the pinned loader reads for a llama or qwen3 target, its tokenizer and an
 EAGLE-3 draft, files are written with the key missing, out of range, of the wrong
 type and inconsistent with the rest; a worker process loads and uses each one (model,
 tokenize, context, decode; for drafts a whole session). Every outcome must be success
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from gguf_edit import T, rewrite
+from gguf_edit import T, as_qwen3, rewrite
 from test_fuzz_gguf import worker  # noqa: F401 (the same worker fixture)
 
 # the keys of llm_load_hparams (general ones and llama's), llama_vocab::load and eagle3's
@@ -57,7 +57,7 @@ def _cases(keys: list[str], prefix: str):
             yield name, f"name-{value or 'empty'}", (value, T.STRING)
 
 
-TARGET_CASES = list(_cases(TARGET_KEYS, "llama.")) + list(_cases(TOKENIZER_KEYS, "")) + [
+TARGET_CASES = list(_cases(TARGET_KEYS, "{arch}.")) + list(_cases(TOKENIZER_KEYS, "")) + [
     ("tokenizer.ggml.model", f"name-{v or 'empty'}", (v, T.STRING)) for v in STRING_VALUES["tokenizer.ggml.model"]
 ] + [("tokenizer.ggml.pre", f"name-{v or 'empty'}", (v, T.STRING)) for v in STRING_VALUES["tokenizer.ggml.pre"]]
 DRAFT_CASES = list(_cases(DRAFT_KEYS, ""))
@@ -80,9 +80,17 @@ def _run(worker, source, tmp_path, key, label, value):
     assert reply == "ok" or reply.startswith("error "), f"{key} = {label}: {reply}"
 
 
-@pytest.mark.parametrize("key, label, value", TARGET_CASES, ids=[f"{k}={lbl}" for k, lbl, _ in TARGET_CASES])
-def test_target_keys(worker, tiny_pair, tmp_path, key, label, value):
-    _run(worker, tiny_pair[0], tmp_path, key, label, value)
+@pytest.fixture(scope="module")
+def targets(tiny_pair, tmp_path_factory):
+    """arch -> a target of that architecture (the tiny pair's, rewritten)."""
+    return {"llama": tiny_pair[0], "qwen3": as_qwen3(tiny_pair[0], tmp_path_factory.mktemp("qwen3") / "t.gguf")}
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("key, label, value", TARGET_CASES,
+                         ids=[f"{k.replace('{arch}.', '')}={lbl}" for k, lbl, _ in TARGET_CASES])
+def test_target_keys(worker, targets, tmp_path, arch, key, label, value):
+    _run(worker, targets[arch], tmp_path, key.format(arch=arch), label, value)
 
 
 @pytest.mark.parametrize("key, label, value", DRAFT_CASES, ids=[f"{k}={lbl}" for k, lbl, _ in DRAFT_CASES])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import expect_exception
-from gguf_edit import T, rewrite
+from gguf_edit import T, as_qwen3, rewrite
 
 USE = """
 m = eagle3.Model(sys.argv[1])
@@ -59,6 +59,16 @@ def test_an_unknown_rope_scaling_type_is_refused(pair_paths, tmp_path, value):
     target, _ = pair_paths["random"]
     path = rewrite(target, tmp_path / "rope.gguf", set_kv={"llama.rope.scaling.type": (value, T.STRING)})
     assert "rope.scaling.type" in expect_exception(USE, "ModelLoadError", str(path), "abc")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("n_rot", [0, 8, 32])
+def test_rope_that_does_not_rotate_whole_heads_is_refused_where_the_graph_needs_it(pair_paths, tmp_path, arch, n_rot):
+    target, _ = pair_paths["random"]  # heads of 16 dimensions
+    if arch == "qwen3":
+        target = as_qwen3(target, tmp_path / "qwen3.gguf")
+    path = rewrite(target, tmp_path / "rot.gguf", set_kv={f"{arch}.rope.dimension_count": (n_rot, T.UINT32)})
+    assert "rope.dimension_count" in expect_exception(USE, "ModelLoadError", str(path), "abc")
 
 
 @pytest.mark.parametrize("value", ["none", "linear", "yarn"])

@@ -175,7 +175,32 @@ def _rope_scaling(h: _Header) -> Iterator[str]:
         yield f"{h.arch}.rope.scaling.type = {value!r} is none of {', '.join(_ROPE_SCALING_TYPES)}"
 
 
-_LOAD_RULES = (_block_count, _norm_epsilons, _unique_tokens, _experts, _rope_scaling)
+# The architectures whose graph (src/models/*.cpp) asserts that rope rotates the whole head,
+# n_rot == n_embd_head; the loader itself checks it only for llama, deci and falcon
+# (tests/test_pinned_facts.py derives the list again from the pinned source).
+ROPE_IS_WHOLE_HEAD = frozenset({
+    "apertus", "arcee", "arctic", "baichuan", "chameleon", "codeshell", "cogvlm", "cohere2moe", "dbrx", "deci",
+    "deepseek", "dots1", "dream", "ernie4_5", "ernie4_5-moe", "exaone", "exaone-moe", "exaone4", "falcon",
+    "granite", "granite_swa", "graniteswitch", "grok", "grovemoe", "hunyuan-moe", "hunyuan_vl", "hy_v3",
+    "internlm2", "jais2", "llada", "llada-moe", "llama", "llama4", "maincoder", "mellum", "mistral3", "olmo",
+    "olmo2", "olmoe", "orion", "paddleocr", "pangu-embedded", "plamo", "pockettts", "qwen2", "qwen2moe", "qwen2vl",
+    "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "rnd1", "seed_oss", "smallthinker", "smollm3", "starcoder2",
+    "talkie", "xverse",
+})
+
+
+def _rope_dimensions(h: _Header) -> Iterator[str]:
+    n_rot = _int(h.key("rope.dimension_count"))
+    if h.arch not in ROPE_IS_WHOLE_HEAD or n_rot is None:
+        return
+    n_embd, n_head = _int(h.key("embedding_length")), _int(h.key("attention.head_count"))
+    head = _int(h.key("attention.key_length")) or (n_embd // n_head if n_embd and n_head else None)
+    if head is not None and n_rot != head:
+        yield (f"{h.arch}.rope.dimension_count = {n_rot}, but {h.arch}'s graph rotates whole heads of "
+               f"{head} dimensions")
+
+
+_LOAD_RULES = (_block_count, _norm_epsilons, _unique_tokens, _experts, _rope_scaling, _rope_dimensions)
 
 
 def load_problems(path: str, metadata: dict[str, Any], types: dict[str, str]) -> list[str]:
