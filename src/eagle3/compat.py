@@ -119,6 +119,15 @@ def _read_tensor(h: _Header, name: str, dtype) -> np.ndarray:
 # Can llama.cpp load the file at all (without aborting)?
 # ---------------------------------------------------------------------------
 
+# Architectures (of those eagle3 drafts for, and its own) whose graph gives every layer
+# layer 0's head counts, needs key and value heads of one size, or always has experts, and
+# those with sliding-window layers; read from their src/models/*.cpp.
+_LAYER0_SHAPED = frozenset({"llama", "qwen3", "qwen3moe", "minimax-m2", "gpt-oss", "eagle3"})
+_K_IS_V = frozenset({"llama", "qwen3", "qwen3moe", "minimax-m2", "gemma4", "eagle3"})
+_ALWAYS_EXPERTS = frozenset({"gpt-oss", "minimax-m2"})
+_SWA_ARCHS = frozenset({"gpt-oss", "gemma4"})
+
+
 def _block_count(h: _Header) -> Iterator[str]:
     blocks = h.key("block_count")
     if h.arch and h.types.get(f"{h.arch}.block_count") == "uint32" and not 0 < blocks <= _core.MAX_LAYERS:
@@ -146,17 +155,18 @@ def _experts(h: _Header) -> Iterator[str]:
     if h.arch in ("hunyuan_vl", "hunyuan-dense") and (_int(h.key("expert_count")) or 0) <= 1:
         return  # it treats these as dense
     n_expert = _int(h.key("expert_count")) or 0
-    used_value = h.key("expert_used_count")
-    used = int(np.max(used_value)) if isinstance(used_value, np.ndarray) and used_value.size else \
-        (_int(used_value) or 0)
+    per_layer = _per_layer(h, "expert_used_count")
+    used = max(per_layer) if per_layer else 0
     groups = _int(h.key("expert_group_count")) or 0
     group_used = _int(h.key("expert_group_used_count")) or 0
     if n_expert > _core.MAX_EXPERTS:
         yield f"{h.arch}.expert_count = {n_expert} is more than llama.cpp's {_core.MAX_EXPERTS}"
     elif used > n_expert:
         yield f"{h.arch}.expert_used_count = {used} is more than expert_count = {n_expert}"
-    elif n_expert > 0 and used == 0:
-        yield f"{h.arch}.expert_count = {n_expert} but expert_used_count is 0 (or missing)"
+    elif n_expert > 0 and (used == 0 or 0 in per_layer):
+        yield f"{h.arch}.expert_count = {n_expert} but expert_used_count is 0 (or missing) for some layer"
+    elif n_expert == 0 and h.arch in _ALWAYS_EXPERTS:
+        yield f"{h.arch} is a mixture of experts, but {h.arch}.expert_count is 0 (or missing)"
     elif n_expert > 0 and groups >= n_expert:
         yield f"{h.arch}.expert_group_count = {groups} must be less than expert_count = {n_expert}"
     elif n_expert > 0 and groups > 1 and (n_expert % groups or not 0 < group_used < groups):
@@ -189,6 +199,131 @@ ROPE_IS_WHOLE_HEAD = frozenset({
 })
 
 
+def _per_layer(h: _Header, name: str) -> list[int]:
+    """A key that is one number or one per layer, as the loader reads it (uint32), per entry;
+    [] when missing or not numbers."""
+    value = h.key(name)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iub":
+        return [int(v) & 0xFFFFFFFF for v in value.reshape(-1)]
+    single = _int(value)
+    return [single & 0xFFFFFFFF] if single is not None else []
+
+
+def _heads(h: _Header) -> Iterator[str]:
+    # ggml broadcasts the KV heads over the query heads (an abort unless they divide); the
+    # graph of most architectures sizes every layer as layer 0, the KV cache each layer itself
+    heads, kv = _per_layer(h, "attention.head_count"), _per_layer(h, "attention.head_count_kv")
+    kv = kv or heads
+    if len(heads) > 1 and len(kv) == 1:
+        kv = kv * len(heads)
+    elif len(kv) > 1 and len(heads) == 1:
+        heads = heads * len(kv)
+    for i, (n, k) in enumerate(zip(heads, kv)):
+        if n and k and n % k:
+            yield (f"{h.arch}: layer {i} has {n} attention heads and {k} KV heads; the KV heads must divide "
+                   "the heads")
+            return
+    if h.arch in _LAYER0_SHAPED and (len(set(heads)) > 1 or len(set(kv)) > 1):
+        yield f"{h.arch}: head counts that differ between layers; its graph gives every layer layer 0's"
+
+
+def _head_sizes(h: _Header) -> Iterator[str]:
+    n_embd, heads = _int(h.key("embedding_length")), _per_layer(h, "attention.head_count")
+    if not n_embd or not heads or not heads[0]:
+        return
+    k_len = _int(h.key("attention.key_length")) or n_embd // heads[0]
+    v_len = _int(h.key("attention.value_length")) or k_len
+    n_rot = _int(h.key("rope.dimension_count"))
+    n_rot = k_len if n_rot is None else n_rot
+    if h.arch in _K_IS_V and k_len != v_len:
+        yield f"{h.arch}.attention.key_length = {k_len} but value_length = {v_len}; its graph needs them equal"
+    elif h.arch in _ROPE_ARCHS and (n_rot > k_len or n_rot % 2):
+        yield (f"{h.arch}.rope.dimension_count = {n_rot}: rope rotates pairs of dimensions of a head of "
+               f"{k_len}, so it must be even and at most that")
+    elif h.arch in _SWA_ARCHS:
+        k_swa = _int(h.key("attention.key_length_swa")) or k_len
+        v_swa = _int(h.key("attention.value_length_swa")) or v_len
+        rot_swa = _int(h.key("rope.dimension_count_swa"))
+        rot_swa = n_rot if rot_swa is None else rot_swa
+        if h.arch == "gpt-oss" and len({n_rot, rot_swa, k_len, v_len, k_swa, v_swa}) > 1:
+            yield (f"gpt-oss: rope dimensions ({n_rot}, sliding {rot_swa}) and head sizes (key {k_len}, value "
+                   f"{v_len}, sliding {k_swa}/{v_swa}) must all be equal; its graph takes one for the other")
+        elif k_swa != v_swa:
+            yield f"{h.arch}.attention.key_length_swa = {k_swa} but value_length_swa = {v_swa}"
+        elif rot_swa > k_swa or rot_swa % 2:
+            yield (f"{h.arch}.rope.dimension_count_swa = {rot_swa} (it defaults to rope.dimension_count): it "
+                   f"must be even and at most the sliding layers' head size {k_swa}")
+
+
+def _sliding_layers(h: _Header) -> list[bool] | None:
+    """Which layers use sliding-window attention (gpt-oss and gemma4), as their loaders decide."""
+    n_layer = _int(h.key("block_count")) or 0
+    pattern = h.key("attention.sliding_window_pattern")
+    if isinstance(pattern, np.ndarray):
+        flags = [bool(v) for v in pattern.reshape(-1)][:n_layer]
+        return flags + [False] * (n_layer - len(flags))
+    if h.arch == "gpt-oss":
+        period = _int(pattern)
+        period = 2 if period is None else period
+        return [period == 0 or i % period < period - 1 for i in range(n_layer)]
+    return None
+
+
+def _sliding_window(h: _Header) -> Iterator[str]:
+    if h.arch not in _SWA_ARCHS:
+        return
+    swa = _sliding_layers(h)
+    if swa is not None and not any(swa):
+        yield f"{h.arch}: no layer uses sliding-window attention (attention.sliding_window_pattern); its graph needs one"
+        return
+    shared = _int(h.key("attention.shared_kv_layers"))
+    if h.arch != "gemma4" or swa is None or shared is None:
+        return
+    first = len(swa) - shared  # layers from here on reuse the cache of the last ones before it
+    if first < 2:
+        yield f"gemma4: block_count - attention.shared_kv_layers = {first}; at least 2 layers must have their own cache"
+    elif first < len(swa) and ((any(swa[first:]) and not swa[first - 2]) or
+                               (not all(swa[first:]) and swa[first - 1])):
+        yield ("gemma4: the layers that share a cache (attention.shared_kv_layers) need a sliding layer at "
+               f"{first - 2} and a full one at {first - 1} to share")
+
+
+def _gating(h: _Header) -> Iterator[str]:
+    if h.arch == "minimax-m2" and _int(h.key("expert_gating_func")) not in (1, 2, 3, 4):
+        yield (f"minimax-m2.expert_gating_func = {h.key('expert_gating_func')}: it must be 1 (softmax), "
+               "2 (sigmoid), 3 or 4")
+
+
+def _f32_tensors(h: _Header) -> Iterator[str]:
+    # ggml's rope takes its frequency factors, and attention its sinks, only as f32
+    for name, info in h.tensors.items():
+        if (name.endswith("rope_freqs.weight") or name.endswith("attn_sinks.weight")) and info.type != "f32":
+            yield f"{name} is {info.type}; llama.cpp uses it only as f32"
+            return
+
+
+def _eagle3_draft(h: _Header) -> Iterator[str]:
+    # what the eagle3 graph asserts, even for a draft used alone (without a target context)
+    if h.arch != "eagle3":
+        return
+    blocks, nextn = _int(h.key("block_count")), _int(h.key("nextn_predict_layers")) or 0
+    if blocks is not None and blocks - nextn != 1:
+        yield f"an EAGLE-3 draft has exactly 1 block, this one has {blocks - nextn}"
+    d2t = h.tensors.get("d2t")
+    if d2t is not None and (d2t.type != "i64" or len(d2t.shape) != 1):
+        yield f"d2t must be a 1-D int64 tensor, it is {d2t.type} {d2t.shape}"
+    elif d2t is not None and h.n_vocab() is not None:
+        values = _read_tensor(h, "d2t", np.int64)
+        if values.size and (values.min() < 0 or values.max() >= h.n_vocab()):
+            yield f"d2t maps to token ids outside [0, {h.n_vocab()})"
+    embd = h.tensors.get("token_embd.weight")
+    if embd is not None and len(embd.shape) == 2 and h.n_vocab() is not None and embd.shape[1] < h.n_vocab():
+        yield f"token_embd.weight has {embd.shape[1]} rows, fewer than the {h.n_vocab()} tokens of the vocabulary"
+
+
+_ROPE_ARCHS = ROPE_IS_WHOLE_HEAD | {"minimax-m2", "gemma4", "gpt-oss", "eagle3"}
+
+
 def _rope_dimensions(h: _Header) -> Iterator[str]:
     n_rot = _int(h.key("rope.dimension_count"))
     if h.arch not in ROPE_IS_WHOLE_HEAD or n_rot is None:
@@ -200,12 +335,14 @@ def _rope_dimensions(h: _Header) -> Iterator[str]:
                f"{head} dimensions")
 
 
-_LOAD_RULES = (_block_count, _norm_epsilons, _unique_tokens, _experts, _rope_scaling, _rope_dimensions)
+_LOAD_RULES = (_block_count, _norm_epsilons, _unique_tokens, _experts, _rope_scaling, _rope_dimensions, _heads,
+               _head_sizes, _sliding_window, _gating, _f32_tensors, _eagle3_draft)
 
 
-def load_problems(path: str, metadata: dict[str, Any], types: dict[str, str]) -> list[str]:
-    """What in a GGUF header would make llama.cpp's loader abort instead of failing."""
-    h = _Header(path, metadata, types, {})
+def load_problems(path: str, metadata: dict[str, Any], types: dict[str, str], tensors: dict[str, Any]) -> list[str]:
+    """What in a GGUF header or tensor table would make llama.cpp abort (while loading,
+    making a context or decoding) instead of failing."""
+    h = _Header(path, metadata, types, tensors)
     return [message for rule in _LOAD_RULES for message in rule(h)]
 
 
@@ -342,6 +479,63 @@ def _hidden_size(p: _Pair) -> Iterator[Problem]:
         yield Problem("draft-fc", f"fc.weight has shape {fc.shape}, expected ({3 * p.hidden}, {p.d_embd})")
 
 
+def draft_tensor_shapes(d: _Header) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """name -> (shape, required) of every tensor llama.cpp's eagle3 loader creates, from the
+    draft's keys (shapes in ggml's order: the row length first). Empty when a key it needs
+    is missing or not a number."""
+    e, f = _int(d.key("embedding_length")), _int(d.key("feed_forward_length"))
+    heads, target = _int(d.key("attention.head_count")), _int(d.key("target_hidden_size"))
+    if not (e and f and heads and target) or e % heads:
+        return {}
+    kv = _int(d.key("attention.head_count_kv")) or heads
+    k_len = _int(d.key("attention.key_length")) or e // heads
+    v_len = _int(d.key("attention.value_length")) or e // heads
+    d2t = d.tensors.get("d2t")
+    n_out = d2t.shape[0] if d2t is not None and d2t.shape else d.n_vocab()
+    n_rot = _int(d.key("rope.dimension_count")) or k_len
+    shapes = {
+        "fc.weight": ((3 * target, e), True),
+        "output_norm.weight": ((e,), True),
+        "blk.0.attn_norm.weight": ((e,), True),
+        "blk.0.attn_norm_2.weight": ((e,), True),
+        "blk.0.attn_q.weight": ((2 * e, k_len * heads), True),
+        "blk.0.attn_k.weight": ((2 * e, k_len * kv), True),
+        "blk.0.attn_v.weight": ((2 * e, v_len * kv), True),
+        "blk.0.attn_output.weight": ((k_len * heads, e), True),
+        "blk.0.ffn_norm.weight": ((e,), True),
+        "blk.0.ffn_gate.weight": ((e, f), True),
+        "blk.0.ffn_up.weight": ((e, f), True),
+        "blk.0.ffn_down.weight": ((f, e), True),
+        "blk.0.rope_freqs.weight": ((n_rot // 2,), False),
+        "output.weight": ((e, n_out), False),
+        "token_embd.weight": ((e, d.n_vocab()), False),
+        "d2t": ((n_out,), False),
+    }
+    if d.key("norm_before_fc"):
+        shapes["enc.output_norm.weight"] = ((3 * target,), True)
+    return shapes
+
+
+def _draft_tensors(p: _Pair) -> Iterator[Problem]:
+    expected = draft_tensor_shapes(p.d)
+    if not expected:
+        yield Problem("draft-keys", "the draft lacks embedding_length, feed_forward_length, attention.head_count or "
+                                    "target_hidden_size (or the heads do not divide the width)")
+        return
+    for name, (shape, required) in expected.items():
+        info = p.d.tensors.get(name)
+        if info is None:
+            if required:
+                yield Problem("draft-tensor-missing", f"the draft has no {name}, which its keys require")
+        elif tuple(info.shape) != shape and name != "fc.weight":  # (fc: rule _hidden_size)
+            yield Problem("draft-tensor-shape", f"{name} has shape {tuple(info.shape)}, but the draft's keys imply "
+                                                f"{shape}")
+    extra = sorted(set(p.d.tensors) - set(expected))
+    if extra:
+        yield Problem("draft-tensor-unknown", f"llama.cpp's eagle3 graph has no use for {', '.join(extra)}: the "
+                                              "draft is of a variant it does not implement")
+
+
 def _vocabulary(p: _Pair) -> Iterator[Problem]:
     if p.t_vocab is None or p.d_vocab is None:
         yield Problem("vocab-missing", "both models need tokenizer.ggml.tokens")
@@ -389,7 +583,8 @@ def _draft_architecture(p: _Pair) -> Iterator[Problem]:
 
 
 _TARGET_RULES: tuple[Rule, ...] = (_target, _target_causal)
-_DRAFT_RULES: tuple[Rule, ...] = (_draft_shape, _target_layers, _hidden_size, _vocabulary, _borrowed, _d2t)
+_DRAFT_RULES: tuple[Rule, ...] = (_draft_shape, _target_layers, _hidden_size, _draft_tensors, _vocabulary, _borrowed,
+                                  _d2t)
 
 
 def check_pair(target: PathOrModel, draft: PathOrModel) -> PairReport:

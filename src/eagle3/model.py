@@ -47,7 +47,7 @@ class Model(Resource):
             raise ModelLoadError(f"{self.path}: is a directory, not a GGUF file")
         self._metadata, self._metadata_types, self._tensors = _core.read_gguf(self.path)
         self.architecture: str = str(self._metadata.get("general.architecture", ""))
-        problems = compat.load_problems(self.path, self._metadata, self._metadata_types)
+        problems = compat.load_problems(self.path, self._metadata, self._metadata_types, self._tensors)
         if problems:
             raise ModelLoadError(f"{self.path}: {problems[0]}")
         if load_mtp is None:
