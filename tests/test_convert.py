@@ -17,9 +17,9 @@ spm = pytest.importorskip("sentencepiece")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "train"))
 from eagle3_draft import DraftConfig, Eagle3Draft, save  # noqa: E402
-from train_pair import write_tokenizer_files  # noqa: E402
 
 from eagle3.convert import ConversionError, convert  # noqa: E402
+from draft_checkpoints import write_hf_target  # noqa: E402
 
 V = 320
 
@@ -27,17 +27,7 @@ V = 320
 @pytest.fixture(scope="module")
 def hf_pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
-    text = root / "text.txt"
-    text.write_text("".join(f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(400)))
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(root / "tok"), vocab_size=V, model_type="bpe",
-                                   byte_fallback=True, character_coverage=1.0, minloglevel=2)
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
-                                      bos_token_id=1, eos_token_id=2)
-    target = transformers.LlamaForCausalLM(config).eval()
-    target.save_pretrained(root / "target", safe_serialization=True)
-    write_tokenizer_files(root / "target", root / "tok.model")
+    target = write_hf_target(root, n_layer=4, vocab=V)
     cfg = DraftConfig(hidden_size=64, target_hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                       intermediate_size=128, vocab_size=V, draft_vocab_size=150, aux_layers=(1, 2, 3))
     draft = Eagle3Draft(cfg, torch.arange(0, 300, 2))

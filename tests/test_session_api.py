@@ -64,6 +64,25 @@ def test_draft_returns_int32_and_accept_roundtrip(spec_setup):
     assert session.stats()["n_draft_calls"] == 0
 
 
+def test_draft_logits_are_those_of_the_last_draft_step_until_the_next_call(spec_setup):
+    tctx, dctx, session = spec_setup
+    with pytest.raises(eagle3.SessionStateError, match="no draft logits"):
+        session.draft_logits()
+    prompt = np.arange(10, 20, dtype=np.int32)
+    batch = eagle3.Batch.from_tokens(prompt)
+    tctx.decode(batch)
+    session.process(batch)
+    draft = session.draft(0, len(prompt), tctx.argmax(-1))
+    logits = session.draft_logits()
+    assert logits.dtype == np.float32 and logits.shape == (dctx.model.n_vocab,)
+    assert int(np.argmax(logits)) == draft[-1]  # (the step that chose the last token, at the length limit)
+    logits[:] = 0  # a copy: the next read is unchanged
+    assert np.array_equal(np.argmax(session.draft_logits()), draft[-1])
+    session.accept(0, 0)
+    with pytest.raises(eagle3.SessionStateError, match="no draft logits"):
+        session.draft_logits()
+
+
 def test_print_stats_logs_to_the_eagle3_logger(spec_setup, caplog):
     _, _, session = spec_setup
     with caplog.at_level(logging.INFO, logger="eagle3"):

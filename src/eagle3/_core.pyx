@@ -1135,6 +1135,8 @@ cdef class Pair:
     cdef readonly uint64_t n_generations   # generations started so far
     cdef readonly int32_t n_seq, n_draft_max, n_min
     cdef readonly bint need_embd, need_embd_pre_norm
+    cdef bint has_draft_logits         # draft() of one sequence left the draft's logits ...
+    cdef uint64_t draft_logits_serial  # ... while the draft context had this serial
     cdef object __weakref__
 
     def __cinit__(self, ContextHandle target, ContextHandle draft=None, str kind="", config=(1, 0, 0, 0.0),
@@ -1166,6 +1168,7 @@ cdef class Pair:
     cdef int _spec_done(self, int rc, const e3_error * err) except -1:
         # every session call may decode on the draft context: its logits are gone
         self.draft_ctx.outputs_lost(False)
+        self.has_draft_logits = False
         return _check(rc, err)
 
     cdef int _ready_for_draft_side(self) except -1:
@@ -1243,7 +1246,24 @@ cdef class Pair:
             raise InvalidArgumentError(f"out has {out.shape[0]} elements; drafts can have up to {self.n_draft_max}")
         one = np.array([seq_id, n_past, id_last, 0], dtype=np.int32)
         lengths = self._draft(one[0:1], one[1:2], one[2:3], one[3:4], out, <int32_t> out.shape[0])
+        if lengths[0] > 0:
+            self.has_draft_logits, self.draft_logits_serial = True, self.draft_ctx.serial
         return out[:lengths[0]]
+
+    def draft_logits(self):
+        """A copy of the draft's logits at the last step of the latest one-sequence draft()."""
+        dctx = self.draft_ctx
+        if not self.has_draft_logits or dctx.serial != self.draft_logits_serial:
+            raise SessionStateError("no draft logits: they are those of the latest draft() of one sequence that "
+                                    "drafted something, until the next call on the session or its contexts")
+        cdef float * p = llama_get_logits_ith(dctx.ptr, 0)
+        if p == NULL:
+            raise DecodeError("llama.cpp has no logits for the draft's last step")
+        cdef int32_t n = dctx.model.n_vocab
+        out = np.empty(n, dtype=np.float32)
+        cdef float[::1] o = out
+        memcpy(&o[0], p, n * sizeof(float))
+        return out
 
     def draft_many(self, seq_ids, n_past, id_last, n_max=None):
         """Draft for several sequences in one call: ``(tokens[k, n_draft_max], lengths[k])``."""
@@ -1289,6 +1309,7 @@ cdef class Pair:
         self.target_ctx.outputs_lost(True)
         if self.draft_ctx is not None:
             self.draft_ctx.outputs_lost(False)
+        self.has_draft_logits = False
         self.engine_serial = self.processed_serial = self.target_ctx.serial
 
     cdef int _ready_for_engine(self) except -1:

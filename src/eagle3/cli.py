@@ -238,10 +238,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _layer_ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected three layer numbers like 2,16,29, got {text!r}") from None
+    if len(ids) != 3 or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"expected three layer numbers >= 0, got {text!r}")
+    return ids
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     from eagle3.convert import convert
 
-    target, draft, report = convert(args.target, args.draft, args.out, outtype=args.outtype, name=args.name)
+    target, draft, report = convert(args.target, args.draft, args.out, outtype=args.outtype, name=args.name,
+                                    target_layers=args.target_layers)
     print(f"target: {target}")
     if draft is not None:
         print(f"draft:  {draft}")
@@ -327,12 +338,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("convert", help="convert Hugging Face checkpoints (target, EAGLE-3 draft) to GGUF",
                        description="Convert a Hugging Face target and its EAGLE-3 draft with llama.cpp's own "
-                                   "converter (needs PyTorch: pip install \"eagle3[train]\").")
+                                   "converter (needs PyTorch: pip install \"eagle3[train]\"). Drafts of the EAGLE "
+                                   "trainer, SpecForge, speculators, ModelOpt and AngelSlim are read with their own "
+                                   "layer-id conventions; docs/formats.md lists the formats, what each means and "
+                                   "what is refused.")
     p.add_argument("target", help="Hugging Face target checkpoint folder")
     p.add_argument("draft", nargs="?", help="Hugging Face EAGLE-3 draft checkpoint folder")
     p.add_argument("-o", "--out", default=".", help="output folder (default: here)")
     p.add_argument("--outtype", default="f16", choices=["f32", "f16", "bf16", "q8_0", "auto"])
     p.add_argument("--name", help="file name stem (default: the target folder's name)")
+    p.add_argument("--target-layers", type=_layer_ids, metavar="A,B,C",
+                   help="the three target layers the draft reads, as layer inputs (0: the embeddings); "
+                        "for a draft whose config does not name them")
     p.set_defaults(run=cmd_convert)
 
     p = sub.add_parser("info", help="show a GGUF model's metadata",

@@ -506,12 +506,14 @@ def draft_tensor_shapes(d: _Header) -> dict[str, tuple[tuple[int, ...], bool]]:
         "blk.0.ffn_gate.weight": ((e, f), True),
         "blk.0.ffn_up.weight": ((e, f), True),
         "blk.0.ffn_down.weight": ((f, e), True),
+        "blk.0.attn_q_norm.weight": ((k_len,), False),  # (a Qwen3 layer's per-head norms)
+        "blk.0.attn_k_norm.weight": ((k_len,), False),
         "blk.0.rope_freqs.weight": ((n_rot // 2,), False),
         "output.weight": ((e, n_out), False),
         "token_embd.weight": ((e, d.n_vocab()), False),
         "d2t": ((n_out,), False),
     }
-    if d.key("norm_before_fc"):
+    if d.key("norm_before_fc") or d.key("fc_norm"):
         shapes["enc.output_norm.weight"] = ((3 * target,), True)
     return shapes
 

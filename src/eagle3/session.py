@@ -204,6 +204,19 @@ class _SpeculativeSession(Resource):
         with self._locked() as pair:
             return pair.draft(as_int(seq_id, "seq_id"), as_int(n_past, "n_past"), as_int(id_last, "id_last"), out)
 
+    def draft_logits(self) -> np.ndarray:
+        """The draft's logits (float32, one per target token id; -inf where a ``d2t`` draft
+        vocabulary has no entry) at the last step of the latest :meth:`draft`: the step
+        that chose the last drafted token when the draft stopped at its length limit (with
+        ``p_min``, possibly the step after it, whose token was dropped). A copy; available
+        until the next call on the session or its contexts.
+
+        With ``n_draft_max=1`` these are the draft's first-step logits given the target's
+        hidden states: what a conversion check compares with the checkpoint's own forward
+        pass."""
+        with self._locked() as pair:
+            return pair.draft_logits()
+
     def draft_many(self, seq_ids, n_past, id_last) -> tuple[np.ndarray, np.ndarray]:
         """Draft for several sequences in one call.
 
