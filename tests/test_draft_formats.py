@@ -108,6 +108,11 @@ def test_a_converted_draft_computes_what_its_checkpoint_means(hf_target, tmp_pat
         assert _difference(step1, ref1) < ATOL and _difference(step2, ref2) < ATOL
         wrong1, _ = _reference_logits(draft, target, slipped, tokens, id_last, drafted)
         assert _difference(step1, wrong1) > 10 * ATOL  # (so the check above can fail)
+    # and it generates: speculation keeps the target's greedy output
+    with eagle3.Model(target_gguf) as tm, eagle3.Model(draft_gguf) as dm, eagle3.Context(tm) as tc, \
+            eagle3.Context(dm, other=tc) as dc, eagle3.Eagle3Session(tc, dc, n_draft_max=3) as session:
+        prompt = tm.tokenize(PROMPTS[0])
+        assert session.generate(prompt, 16).tokens.tolist() == tc.generate(prompt, 16).tokens.tolist()
 
 
 def test_target_layers_given_by_the_caller_win(hf_target, tmp_path):

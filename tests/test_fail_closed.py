@@ -204,3 +204,20 @@ def test_more_bad_calls(tiny_pair, extra_models, call):
     code, exc = MORE_CALLS[call]
     setup = "tm = eagle3.Model(sys.argv[1]); dm = eagle3.Model(sys.argv[2])\n"
     expect_exception(setup + code.strip(), exc, str(tiny_pair[0]), str(tiny_pair[1]), *extra_models)
+
+
+@pytest.mark.parametrize("change, code", [
+    ({"set_tensors": {"blk.0.attn_q.weight": np.zeros((96, 128), np.float32)}}, "draft-tensor-shape"),
+    ({"set_tensors": {"blk.0.ffn_down.weight": np.zeros((64, 96), np.float32)}}, "draft-tensor-shape"),
+    ({"drop_tensors": ["blk.0.ffn_gate.weight"]}, "draft-tensor-missing"),
+    ({"set_tensors": {"blk.0.attn_q.bias": np.zeros(64, np.float32)}}, "draft-tensor-unknown"),
+    ({"set_kv": {"eagle3.fc_norm": (True, T.BOOL)}}, "draft-tensor-missing"),  # (its enc.output_norm)
+])
+def test_check_pair_compares_every_draft_tensor_with_its_keys(tiny_pair, tmp_path, change, code):
+    import eagle3
+
+    target, draft = tiny_pair
+    path = rewrite(draft, tmp_path / "draft.gguf", **change)
+    report = eagle3.check_pair(target, path)
+    assert code in report.codes, str(report)
+    assert eagle3.check_pair(target, draft).ok
