@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eagle3 import testing
 from gguf_edit import T, gguf
 
 rng = np.random.default_rng(0)
@@ -102,9 +103,4 @@ def write(path, arch, p):
                       b + "ffn_up_exps.bias": ones(ff, NEXP), b + "ffn_down_exps.bias": ones(E, NEXP)}
     for name, dt in p.get("tensor_type", {}).items():
         t[name] = t[name].astype(dt)
-    for name, value in t.items():
-        w.add_tensor(name, np.ascontiguousarray(value))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    testing._write(w, t)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eagle3 import _pinned
+from eagle3 import _pinned, testing
 
 gguf = _pinned.import_gguf()
 T = gguf.GGUFValueType
@@ -30,16 +30,9 @@ def rewrite(src: Path, dst: Path, *, set_kv: dict | None = None, drop_kv=(), dro
     for name, spec in set_kv.items():
         if name != "general.architecture":
             writer.add_key_value(name, *spec)
-    for tensor in reader.tensors:
-        if tensor.name in drop_tensors or tensor.name in set_tensors:
-            continue
-        writer.add_tensor(tensor.name, np.array(tensor.data))
-    for name, value in set_tensors.items():
-        writer.add_tensor(name, np.ascontiguousarray(value))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    tensors = {t.name: np.array(t.data) for t in reader.tensors
+               if t.name not in drop_tensors and t.name not in set_tensors}
+    testing._write(writer, {**tensors, **set_tensors})
     return Path(dst)
 
 
