@@ -127,6 +127,20 @@ _K_IS_V = frozenset({"llama", "qwen3", "qwen3moe", "minimax-m2", "gemma4", "eagl
 _ALWAYS_EXPERTS = frozenset({"gpt-oss", "minimax-m2"})
 _SWA_ARCHS = frozenset({"gpt-oss", "gemma4"})
 
+# The architectures whose graph (src/models/*.cpp) asserts that rope rotates the whole head,
+# n_rot == n_embd_head; the loader itself checks it only for llama, deci and falcon
+# (tests/test_pinned_facts.py derives the list again from the pinned source).
+ROPE_IS_WHOLE_HEAD = frozenset({
+    "apertus", "arcee", "arctic", "baichuan", "chameleon", "codeshell", "cogvlm", "cohere2moe", "dbrx", "deci",
+    "deepseek", "dots1", "dream", "ernie4_5", "ernie4_5-moe", "exaone", "exaone-moe", "exaone4", "falcon",
+    "granite", "granite_swa", "graniteswitch", "grok", "grovemoe", "hunyuan-moe", "hunyuan_vl", "hy_v3",
+    "internlm2", "jais2", "llada", "llada-moe", "llama", "llama4", "maincoder", "mellum", "mistral3", "olmo",
+    "olmo2", "olmoe", "orion", "paddleocr", "pangu-embedded", "plamo", "pockettts", "qwen2", "qwen2moe", "qwen2vl",
+    "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "rnd1", "seed_oss", "smallthinker", "smollm3", "starcoder2",
+    "talkie", "xverse",
+})
+_ROPE_ARCHS = ROPE_IS_WHOLE_HEAD | {"minimax-m2", "gemma4", "gpt-oss", "eagle3"}
+
 
 def _block_count(h: _Header) -> Iterator[str]:
     blocks = h.key("block_count")
@@ -183,20 +197,6 @@ def _rope_scaling(h: _Header) -> Iterator[str]:
     value = h.key("rope.scaling.type")
     if isinstance(value, str) and value not in _ROPE_SCALING_TYPES:
         yield f"{h.arch}.rope.scaling.type = {value!r} is none of {', '.join(_ROPE_SCALING_TYPES)}"
-
-
-# The architectures whose graph (src/models/*.cpp) asserts that rope rotates the whole head,
-# n_rot == n_embd_head; the loader itself checks it only for llama, deci and falcon
-# (tests/test_pinned_facts.py derives the list again from the pinned source).
-ROPE_IS_WHOLE_HEAD = frozenset({
-    "apertus", "arcee", "arctic", "baichuan", "chameleon", "codeshell", "cogvlm", "cohere2moe", "dbrx", "deci",
-    "deepseek", "dots1", "dream", "ernie4_5", "ernie4_5-moe", "exaone", "exaone-moe", "exaone4", "falcon",
-    "granite", "granite_swa", "graniteswitch", "grok", "grovemoe", "hunyuan-moe", "hunyuan_vl", "hy_v3",
-    "internlm2", "jais2", "llada", "llada-moe", "llama", "llama4", "maincoder", "mellum", "mistral3", "olmo",
-    "olmo2", "olmoe", "orion", "paddleocr", "pangu-embedded", "plamo", "pockettts", "qwen2", "qwen2moe", "qwen2vl",
-    "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "rnd1", "seed_oss", "smallthinker", "smollm3", "starcoder2",
-    "talkie", "xverse",
-})
 
 
 def _per_layer(h: _Header, name: str) -> list[int]:
@@ -319,9 +319,6 @@ def _eagle3_draft(h: _Header) -> Iterator[str]:
     embd = h.tensors.get("token_embd.weight")
     if embd is not None and len(embd.shape) == 2 and h.n_vocab() is not None and embd.shape[1] < h.n_vocab():
         yield f"token_embd.weight has {embd.shape[1]} rows, fewer than the {h.n_vocab()} tokens of the vocabulary"
-
-
-_ROPE_ARCHS = ROPE_IS_WHOLE_HEAD | {"minimax-m2", "gemma4", "gpt-oss", "eagle3"}
 
 
 def _rope_dimensions(h: _Header) -> Iterator[str]:
