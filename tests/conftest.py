@@ -31,6 +31,9 @@ PAIRS = {
     # a flatter next-token distribution, for sampling
     "chain-soft": (TargetSpec(weights="chain", output_scale=0.1, seed=11),
                    DraftSpec(weights="aligned", agreement=0.8, seed=12)),
+    # and a draft whose own distribution is flat too, for rejection verification
+    "chain-soft-q": (TargetSpec(weights="chain", output_scale=0.1, seed=11),
+                     DraftSpec(weights="aligned", agreement=0.8, output_scale=0.1, seed=12)),
 }
 
 

@@ -291,6 +291,20 @@ cdef bytes _fs_path(path):
 # Model
 # ---------------------------------------------------------------------------
 
+def json_schema_to_grammar(str schema_json):
+    """A GBNF grammar for a JSON schema (given as JSON text), by common/json-schema-to-grammar."""
+    cdef e3_error err
+    data = schema_json.encode("utf-8")
+    _log_reset()
+    cdef char * out = e3_json_schema_to_grammar(data, &err)
+    if out == NULL:
+        _raise_shim(&err)
+    try:
+        return out.decode("utf-8")
+    finally:
+        e3_free_string(out)
+
+
 cdef class ModelHandle:
     """Owns a ``llama_model``."""
 
@@ -395,6 +409,39 @@ cdef class ModelHandle:
                              &n, &err)
         _check(rc, &err)
         return n
+
+    def chat_template(self):
+        """The model's chat template (tokenizer.chat_template), or None."""
+        cdef const char * t = llama_model_chat_template(self.ptr, NULL)
+        return t.decode("utf-8", "replace") if t != NULL else None
+
+    def apply_chat_template(self, list messages, bint add_generation_prompt, str template=None):
+        """The prompt text of ``messages`` (role, content) pairs through the chat template."""
+        roles = [role.encode("utf-8") for role, _ in messages]
+        contents = [content.encode("utf-8") for _, content in messages]
+        cdef Py_ssize_t n = len(messages), i
+        cdef const char ** role_ptrs = <const char **> malloc(max(n, 1) * sizeof(char *))
+        cdef const char ** content_ptrs = <const char **> malloc(max(n, 1) * sizeof(char *))
+        if role_ptrs == NULL or content_ptrs == NULL:
+            free(role_ptrs)
+            free(content_ptrs)
+            raise MemoryError()
+        for i in range(n):
+            role_ptrs[i] = <const char *> (<bytes> roles[i])
+            content_ptrs[i] = <const char *> (<bytes> contents[i])
+        tmpl = template.encode("utf-8") if template else None
+        cdef e3_error err
+        _log_reset()
+        cdef char * out = e3_chat_apply(self.ptr, <const char *> tmpl if tmpl is not None else NULL, role_ptrs,
+                                        content_ptrs, <int32_t> n, add_generation_prompt, &err)
+        free(role_ptrs)
+        free(content_ptrs)
+        if out == NULL:
+            _raise_shim(&err)
+        try:
+            return out.decode("utf-8", "replace")
+        finally:
+            e3_free_string(out)
 
     def tokenize(self, str text, bint add_special, bint parse_special):
         cdef bytes data = text.encode("utf-8")
@@ -1042,6 +1089,7 @@ cdef class EngineHandle:
 
     cdef e3_engine * ptr
     cdef readonly list outputs       # one int32 array per request; C writes the tokens into them
+    cdef public object logprobs      # None, or per request (logprobs, top_ids, top_logprobs) arrays C writes
 
     def __cinit__(self, ContextHandle target, SessionHandle session):
         cdef e3_error err
@@ -1049,6 +1097,7 @@ cdef class EngineHandle:
         if self.ptr == NULL:
             _raise_shim(&err)
         self.outputs = []
+        self.logprobs = None
 
     def __dealloc__(self):
         if self.ptr != NULL:
@@ -1064,8 +1113,11 @@ cdef class _Request:
     cdef int32_t * lengths
     cdef int32_t ** outs
     cdef const char ** strings
+    cdef float ** lps
+    cdef int32_t ** top_ids
+    cdef float ** top_lps
 
-    def __cinit__(self, seq_ids, list prompts, list outputs, s):
+    def __cinit__(self, seq_ids, list prompts, list outputs, s, list logprobs=None):
         cdef Py_ssize_t n = len(prompts), i
         sids = _as_int32_array(seq_ids, "seq_ids")
         if sids.shape[0] != n or n == 0:
@@ -1073,12 +1125,21 @@ cdef class _Request:
         arrays = [_as_int32_array(p, "prompt") for p in prompts]
         stops = _as_int32_array(list(s.stop_tokens), "stop_tokens") if s.stop_tokens else np.zeros(1, np.int32)
         encoded = [x.encode("utf-8") for x in s.stop_strings]
-        self.keep = (sids, arrays, outputs, stops, encoded)
+        bias = np.zeros(max(len(s.logit_bias), 1), dtype=np.dtype([("token", np.int32), ("bias", np.float32)],
+                                                                    align=True))
+        for i, (token, value) in enumerate(s.logit_bias):
+            bias[i] = (token, value)
+        grammar = s.grammar.encode("utf-8") if s.grammar else None
+        self.keep = (sids, arrays, outputs, stops, encoded, bias, grammar, logprobs)
         self.prompts = <const int32_t **> malloc(n * sizeof(int32_t *))
         self.lengths = <int32_t *> malloc(n * sizeof(int32_t))
         self.outs = <int32_t **> malloc(n * sizeof(int32_t *))
         self.strings = <const char **> malloc(max(len(encoded), 1) * sizeof(char *))
-        if not (self.prompts and self.lengths and self.outs and self.strings):
+        self.lps = <float **> malloc(n * sizeof(float *))
+        self.top_ids = <int32_t **> malloc(n * sizeof(int32_t *))
+        self.top_lps = <float **> malloc(n * sizeof(float *))
+        if not (self.prompts and self.lengths and self.outs and self.strings and self.lps and self.top_ids
+                and self.top_lps):
             raise MemoryError()
         cdef const int32_t[::1] view
         cdef int32_t[::1] outv
@@ -1090,6 +1151,11 @@ cdef class _Request:
             self.outs[i] = &outv[0]
         for i in range(len(encoded)):
             self.strings[i] = <const char *> (<bytes> encoded[i])
+        cdef float[::1] lpv, tlv
+        cdef int32_t[::1] tiv
+        for i in range(n if logprobs else 0):
+            lpv, tiv, tlv = logprobs[i][0], logprobs[i][1].reshape(-1), logprobs[i][2].reshape(-1)
+            self.lps[i], self.top_ids[i], self.top_lps[i] = &lpv[0], &tiv[0], &tlv[0]
         cdef const int32_t[::1] sv = sids
         cdef const int32_t[::1] stv = stops
         self.req.n_seq = <int32_t> n
@@ -1102,18 +1168,36 @@ cdef class _Request:
         self.req.sampling.top_k = s.top_k
         self.req.sampling.top_p = s.top_p
         self.req.sampling.min_p = s.min_p
+        self.req.sampling.typical_p = s.typical_p
+        self.req.sampling.penalty_last_n = s.penalty_last_n
+        self.req.sampling.repeat_penalty = s.repeat_penalty
+        self.req.sampling.frequency_penalty = s.frequency_penalty
+        self.req.sampling.presence_penalty = s.presence_penalty
+        cdef e3_logit_bias[::1] bv = bias
+        self.req.sampling.logit_bias = &bv[0]
+        self.req.sampling.n_logit_bias = <int32_t> len(s.logit_bias)
+        self.req.sampling.grammar = <const char *> grammar if grammar is not None else NULL
+        self.req.sampling.verify = E3_VERIFY_REJECTION if s.verify == "rejection" else E3_VERIFY_MATCH
         self.req.sampling.seed = s.seed
         self.req.stop_tokens = &stv[0]
         self.req.n_stop_tokens = <int32_t> len(s.stop_tokens)
         self.req.stop_strings = self.strings
         self.req.n_stop_strings = <int32_t> len(encoded)
         self.req.n_draft = s.n_draft
+        self.req.n_logprobs = s.logprobs if logprobs else 0
+        self.req.logprobs = self.lps
+        self.req.top_ids = self.top_ids
+        self.req.top_logprobs = self.top_lps
+        self.req.trace = s.trace
 
     def __dealloc__(self):
         free(self.prompts)
         free(self.lengths)
         free(self.outs)
         free(self.strings)
+        free(self.lps)
+        free(self.top_ids)
+        free(self.top_lps)
 
 
 cdef class Pair:
@@ -1328,7 +1412,10 @@ cdef class Pair:
         # a sequence ends when its context is full: it never holds more than n_ctx tokens
         room = max(1, min(settings.max_new_tokens, <int64_t> self.target_ctx.n_ctx))
         outputs = [np.zeros(room, dtype=np.int32) for _ in prompts]
-        cdef _Request request = _Request(seq_ids, prompts, outputs, settings)
+        k = settings.logprobs
+        logprobs = [(np.zeros(room, np.float32), np.full((room, k), -1, np.int32), np.full((room, k), -np.inf, np.float32))
+                    for _ in prompts] if k else None
+        cdef _Request request = _Request(seq_ids, prompts, outputs, settings, logprobs)
         cdef e3_error err
         cdef int rc
         _log_reset()
@@ -1342,6 +1429,7 @@ cdef class Pair:
         if rc == E3_ERR_ARG or rc == E3_ERR_SEQ:
             _raise_shim(&err)  # refused: nothing changed, a generation in progress goes on
         self.engine.outputs = outputs  # C writes into them from now on
+        self.engine.logprobs = logprobs
         self.n_generations += 1
         self._engine_used()
         PyErr_CheckSignals()
@@ -1386,6 +1474,31 @@ cdef class Pair:
     def tokens(self, int32_t i):
         """The tokens request ``i`` has generated so far (a view of its output array)."""
         return self.engine.outputs[i][:e3_engine_n_tokens(self.engine.ptr, i)]
+
+    def logprobs(self, int32_t i):
+        """Request ``i``'s ``(logprobs, top_ids, top_logprobs)`` so far (views), or None."""
+        if self.engine.logprobs is None:
+            return None
+        n = e3_engine_n_tokens(self.engine.ptr, i)
+        return tuple(a[:n] for a in self.engine.logprobs[i])
+
+    def trace(self, int32_t i):
+        """Request ``i``'s rounds, as recorded with ``trace=True``: a dict of NumPy arrays."""
+        cdef int32_t n = e3_engine_trace(self.engine.ptr, i, NULL, NULL, NULL, 0)
+        cdef int32_t width = max(self.n_draft_max, 1)
+        rounds = np.zeros(max(n, 1), dtype=np.dtype([("round", np.int32), ("n_drafted", np.int32),
+                                                     ("n_accepted", np.int32), ("t_draft_s", np.float64),
+                                                     ("t_verify_s", np.float64)], align=True))
+        drafted = np.full((max(n, 1), width), -1, np.int32)
+        draft_p = np.full((max(n, 1), width), np.nan, np.float32)
+        cdef e3_trace_round[::1] rv = rounds
+        cdef int32_t[:, ::1] dv = drafted
+        cdef float[:, ::1] pv = draft_p
+        n = e3_engine_trace(self.engine.ptr, i, &rv[0], &dv[0, 0], &pv[0, 0], n)
+        return {"round": rounds["round"][:n].copy(), "n_drafted": rounds["n_drafted"][:n].copy(),
+                "n_accepted": rounds["n_accepted"][:n].copy(), "drafted": drafted[:n],
+                "draft_p": draft_p[:n], "t_draft_s": rounds["t_draft_s"][:n].copy(),
+                "t_verify_s": rounds["t_verify_s"][:n].copy()}
 
     def finish_reason(self, int32_t i):
         return FINISH_REASONS.get(e3_engine_finish(self.engine.ptr, i))

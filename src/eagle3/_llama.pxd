@@ -95,6 +95,7 @@ cdef extern from "llama.h" nogil:
 
     int32_t llama_model_n_ctx_train(const llama_model * model)
     int32_t llama_model_n_embd(const llama_model * model)
+    const char * llama_model_chat_template(const llama_model * model, const char * name)
     int32_t llama_model_n_layer(const llama_model * model)
     int32_t llama_model_n_layer_nextn(const llama_model * model)
     int32_t llama_model_n_head(const llama_model * model)

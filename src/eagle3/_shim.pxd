@@ -2,7 +2,7 @@
 # over common/speculative.h and the generation loop.
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
-from eagle3._llama cimport llama_context, llama_vocab
+from eagle3._llama cimport llama_context, llama_model, llama_vocab
 
 
 cdef extern from "eagle3_shim.h" nogil:
@@ -94,6 +94,11 @@ cdef extern from "eagle3_shim.h" nogil:
     int e3_detokenize(const llama_vocab * vocab, const int32_t * tokens, int32_t n_tokens, char * text,
                       int32_t text_len_max, int remove_special, int unparse_special, int32_t * n_out, e3_error * err)
 
+    char * e3_json_schema_to_grammar(const char * schema_json, e3_error * err)
+    char * e3_chat_apply(const llama_model * model, const char * template_override, const char * const * roles,
+                         const char * const * contents, int32_t n_messages, int add_generation_prompt, e3_error * err)
+    void e3_free_string(char * s)
+
     ctypedef struct e3_cancel
     e3_cancel * e3_cancel_attach(llama_context * ctx)
     void e3_cancel_free(e3_cancel * cancel)
@@ -110,11 +115,28 @@ cdef extern from "eagle3_shim.h" nogil:
 
 
 cdef extern from "eagle3_engine.h" nogil:
+    enum:
+        E3_VERIFY_MATCH
+        E3_VERIFY_REJECTION
+
+    ctypedef struct e3_logit_bias:
+        int32_t token
+        float bias
+
     ctypedef struct e3_sampling:
         float temperature
         int32_t top_k
         float top_p
         float min_p
+        float typical_p
+        int32_t penalty_last_n
+        float repeat_penalty
+        float frequency_penalty
+        float presence_penalty
+        const e3_logit_bias * logit_bias
+        int32_t n_logit_bias
+        const char * grammar
+        int32_t verify
         uint64_t seed
 
     enum:
@@ -138,6 +160,18 @@ cdef extern from "eagle3_engine.h" nogil:
         const char * const * stop_strings
         int32_t n_stop_strings
         int32_t n_draft
+        int32_t n_logprobs
+        float * const * logprobs
+        int32_t * const * top_ids
+        float * const * top_logprobs
+        int32_t trace
+
+    ctypedef struct e3_trace_round:
+        int32_t round
+        int32_t n_drafted
+        int32_t n_accepted
+        double t_draft_s
+        double t_verify_s
 
     ctypedef struct e3_engine
 
@@ -148,4 +182,6 @@ cdef extern from "eagle3_engine.h" nogil:
     int32_t e3_engine_n_tokens(const e3_engine * engine, int32_t i)
     int32_t e3_engine_finish(const e3_engine * engine, int32_t i)
     void e3_engine_counters(const e3_engine * engine, int32_t i, e3_counters * out, const e3_histograms * hist)
+    int32_t e3_engine_trace(const e3_engine * engine, int32_t i, e3_trace_round * rounds, int32_t * drafted,
+                            float * draft_p, int32_t cap)
     int e3_logits_usable(const float * logits, int32_t n)

@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -99,7 +100,21 @@ class _Loaded:
 
 
 def _sampling(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed)
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                    repeat_penalty=args.repeat_penalty, seed=args.seed, verify=args.verify)
+    try:
+        if args.grammar:
+            sampling["grammar"] = Path(args.grammar).read_text(encoding="utf-8")
+        if args.json_schema:
+            text = args.json_schema
+            if not text.lstrip().startswith("{"):
+                text = Path(text).read_text(encoding="utf-8")
+            sampling["json_schema"] = json.loads(text)
+    except OSError as e:
+        raise Eagle3Error(f"cannot read {e.filename}: {e.strerror}") from None
+    except ValueError as e:
+        raise Eagle3Error(f"--json-schema is not JSON: {e}") from None
+    return sampling
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -108,11 +123,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     loaded = _Loaded(args, 8 if n_draft == "auto" else n_draft)
     try:
         sampling = _sampling(args)
+        prompt: Any = args.prompt
+        if args.chat:  # the prompt is the user's turn of a chat, through the model's template
+            messages = [{"role": "user", "content": args.prompt}]
+            args.prompt = loaded.target_model.apply_chat_template(messages)
+            prompt = loaded.target_model.chat_tokens(messages)
         if args.json:
-            g = loaded.session.generate(args.prompt, args.n_predict, n_draft_max=n_draft, **sampling)
+            g = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft, **sampling)
         else:  # the text as it is produced, after the prompt it continues
             print(args.prompt, end="", flush=True)
-            stream = loaded.session.stream(args.prompt, args.n_predict, text=True, n_draft_max=n_draft, **sampling)
+            stream = loaded.session.stream(prompt, args.n_predict, text=True, n_draft_max=n_draft, **sampling)
             for piece in stream:
                 print(piece, end="", flush=True)
             print()
@@ -121,12 +141,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         result: dict[str, Any] = {"prompt": args.prompt, "text": g.text, "tokens": g.tokens.tolist(),
                                   "finish_reason": g.finish_reason, "n_draft_max": n_draft, "stats": st.as_dict()}
         if args.compare:
-            loaded.plain.generate(args.prompt, 8, **sampling)  # warm the plain path too
+            loaded.plain.generate(prompt, 8, **sampling)  # warm the plain path too
             t0 = time.perf_counter()
-            plain = loaded.plain.generate(args.prompt, args.n_predict, **sampling)
+            plain = loaded.plain.generate(prompt, args.n_predict, **sampling)
             plain_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            g = loaded.session.generate(args.prompt, args.n_predict, n_draft_max=n_draft, **sampling)
+            g = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft, **sampling)
             spec_s = time.perf_counter() - t0
             st = g.stats
             result["stats"] = st.as_dict()
@@ -308,8 +328,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0: off)")
     p.add_argument("--min-p", type=float, default=0.0,
                    help="drop tokens below this share of the top one (default 0: off)")
+    p.add_argument("--repeat-penalty", type=float, default=1.0,
+                   help="divide the logits of the last 64 tokens' ids by this (default 1.0: off)")
     p.add_argument("--seed", type=int, default=None,
-                   help="sampling seed: the same seed gives the same tokens with or without speculation")
+                   help="sampling seed: with --verify match, the same seed gives the same tokens with or without "
+                        "speculation")
+    p.add_argument("--verify", choices=["match", "rejection"], default="match",
+                   help="at temperature > 0: keep drafts that match the target's samples (match, default) or "
+                        "speculative sampling, which keeps more (rejection); both follow the target's distribution")
+    p.add_argument("--grammar", metavar="FILE", help="constrain the output to this GBNF grammar (rule root)")
+    p.add_argument("--json-schema", metavar="SCHEMA", help="constrain the output to this JSON schema (a file, or "
+                                                            "the JSON itself)")
+    p.add_argument("--chat", action="store_true", help="the prompt is a user message: wrap it in the model's chat "
+                                                       "template")
     p.add_argument("--compare", action="store_true", help="also decode without speculation and print the speedup")
     p.add_argument("--json", action="store_true", help="print the result and statistics as one JSON object")
     _add_model_args(p)

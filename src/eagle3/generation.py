@@ -45,6 +45,19 @@ class Generation:
     (the context is full) or ``"cancelled"`` (``cancel()``, ``close()`` from another thread)."""
     stats: GenerationStats
     """This sequence's own counters (in a batch, the batch's totals are :attr:`BatchGeneration.stats`)."""
+    logprobs: np.ndarray | None = None
+    """With ``logprobs=k``: each token's log-probability under the target after the sampler's
+    transforms (greedy: at temperature 1), float32, one per token."""
+    top_tokens: np.ndarray | None = None
+    """With ``logprobs=k``: the k most probable tokens at each position, int32 (n, k); -1 where
+    fewer were left after the transforms."""
+    top_logprobs: np.ndarray | None = None
+    """Their log-probabilities, float32 (n, k); -inf where :attr:`top_tokens` is -1."""
+    trace: dict[str, np.ndarray] | None = None
+    """With ``trace=True``, one entry per round this sequence took part in: ``round`` (the
+    target pass), ``n_drafted``, ``n_accepted``, ``drafted`` (int32 (rounds, n_draft_max),
+    -1 padded), ``draft_p`` (the draft's probability of each drafted token, float32, NaN
+    padded), ``t_draft_s`` and ``t_verify_s``."""
 
 
 @dataclasses.dataclass
@@ -92,18 +105,70 @@ class Settings:
     stop_tokens: tuple[int, ...]
     stop_strings: tuple[str, ...]
     n_draft: int  # 0: the session's n_draft_max; k: at most k; _core.DRAFT_AUTO: "auto"
+    typical_p: float = 1.0
+    penalty_last_n: int = 64
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    grammar: str | None = None
+    verify: str = "match"
+    logprobs: int = 0
+    trace: bool = False
+
+
+VERIFICATIONS = ("match", "rejection")
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _logit_bias(bias: Any) -> tuple[tuple[int, float], ...]:
+    if bias is None:
+        return ()
+    if not isinstance(bias, dict):
+        raise ArgumentTypeError(f"logit_bias must be a dict {{token id: bias}}, got {type(bias).__name__}")
+    return tuple((as_int(t, "logit_bias token"), _number(b, "a logit_bias value")) for t, b in bias.items())
+
+
+def _grammar(grammar: Any, json_schema: Any) -> str | None:
+    if grammar is not None and json_schema is not None:
+        raise InvalidArgumentError("give grammar= or json_schema=, not both")
+    if json_schema is not None:
+        if not isinstance(json_schema, (dict, bool)):
+            raise ArgumentTypeError(f"json_schema must be a dict (a JSON schema), got {type(json_schema).__name__}")
+        import json
+
+        return _core.json_schema_to_grammar(json.dumps(json_schema))
+    if grammar is not None and not isinstance(grammar, str):
+        raise ArgumentTypeError(f"grammar must be GBNF text (a str), got {type(grammar).__name__}")
+    return grammar or None
 
 
 def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p: Any = 1.0, min_p: Any = 0.0,
-             seed: Any = None, stop_tokens: Any = (), stop_strings: Any = (), n_draft_max: Any = None) -> Settings:
+             seed: Any = None, stop_tokens: Any = (), stop_strings: Any = (), n_draft_max: Any = None,
+             typical_p: Any = 1.0, penalty_last_n: Any = 64, repeat_penalty: Any = 1.0, frequency_penalty: Any = 0.0,
+             presence_penalty: Any = 0.0, logit_bias: Any = None, grammar: Any = None, json_schema: Any = None,
+             verify: Any = "match", logprobs: Any = 0, trace: Any = False) -> Settings:
     # types here; the ranges are the engine's (e3_engine_start)
     max_new = as_int(max_new_tokens, "max_new_tokens")
-    floats = {}
-    for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise ArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
-        floats[name] = float(value)
+    floats = {name: _number(value, name) for name, value in (
+        ("temperature", temperature), ("top_p", top_p), ("min_p", min_p), ("typical_p", typical_p),
+        ("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
+        ("presence_penalty", presence_penalty))}
     top_k = as_int(top_k, "top_k")
+    if verify not in VERIFICATIONS:
+        raise InvalidArgumentError(f"verify must be one of {', '.join(map(repr, VERIFICATIONS))}, got {verify!r}")
+    if not isinstance(trace, bool):
+        raise ArgumentTypeError(f"trace must be a bool, got {type(trace).__name__}")
+    extra = dict(typical_p=floats["typical_p"], penalty_last_n=as_int(penalty_last_n, "penalty_last_n"),
+                 repeat_penalty=floats["repeat_penalty"], frequency_penalty=floats["frequency_penalty"],
+                 presence_penalty=floats["presence_penalty"], logit_bias=_logit_bias(logit_bias),
+                 grammar=_grammar(grammar, json_schema), verify=verify, logprobs=as_int(logprobs, "logprobs", 0),
+                 trace=trace)
     seed = int.from_bytes(os.urandom(8), "little") if seed is None else as_int(seed, "seed", 0, 2**64 - 1)
     if not isinstance(stop_strings, (list, tuple)):
         raise ArgumentTypeError(f"stop_strings must be a list of strings, got {type(stop_strings).__name__}")
@@ -118,7 +183,7 @@ def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p:
     else:
         n_draft = as_int(n_draft_max, "n_draft_max", 1)  # (0 stands for None)
     return Settings(max_new, floats["temperature"], top_k, floats["top_p"], floats["min_p"], seed, tokens, strings,
-                    n_draft)
+                    n_draft, **extra)
 
 
 def prompt_tokens(model, prompt: Any) -> np.ndarray:
@@ -146,13 +211,20 @@ def _text(model, prompt: np.ndarray, tokens: np.ndarray, stops: Sequence[str]) -
     return text[:cut] if cut >= 0 else text
 
 
-def _results(pair: _core.Pair, model, prompts: Sequence[np.ndarray], stops: Sequence[str]) -> BatchGeneration:
+def _results(pair: _core.Pair, model, prompts: Sequence[np.ndarray], stops: Sequence[str],
+             trace: bool = False) -> BatchGeneration:
     """The finished generation: each request's tokens, text and own counters, and the call's totals."""
     out = []
     for i, prompt in enumerate(prompts):
         tokens = pair.tokens(i).copy()
-        out.append(Generation(tokens, _text(model, prompt, tokens, stops), pair.finish_reason(i),
-                              GenerationStats(**pair.generation_counters(i))))
+        logprobs = pair.logprobs(i)
+        g = Generation(tokens, _text(model, prompt, tokens, stops), pair.finish_reason(i),
+                       GenerationStats(**pair.generation_counters(i)))
+        if logprobs is not None:
+            g.logprobs, g.top_tokens, g.top_logprobs = (a.copy() for a in logprobs)
+        if trace:
+            g.trace = pair.trace(i)
+        out.append(g)
     return BatchGeneration(out, GenerationStats(**pair.generation_counters(-1)))
 
 
@@ -211,7 +283,7 @@ def run(pair: _core.Pair, model, prompts: list[np.ndarray], s: Settings) -> Batc
     """A whole generation, prompt i on sequence i (the caller holds the pair)."""
     pair.start(range(len(prompts)), prompts, s)
     pair.run()
-    return _results(pair, model, prompts, s.stop_strings)
+    return _results(pair, model, prompts, s.stop_strings, s.trace)
 
 
 def stream(pair: _core.Pair, model, prompt: np.ndarray, s: Settings, check) -> Iterator[np.ndarray]:
@@ -229,7 +301,8 @@ def stream(pair: _core.Pair, model, prompt: np.ndarray, s: Settings, check) -> I
             check()
             pair.check_current(generation)
             new = pair.tokens(0)[sent:].copy()
-            result = _results(pair, model, [prompt], s.stop_strings)[0] if pair.finish_reason(0) is not None else None
+            result = (_results(pair, model, [prompt], s.stop_strings, s.trace)[0]
+                      if pair.finish_reason(0) is not None else None)
         if len(new):
             yield new
         sent += len(new)

@@ -119,6 +119,44 @@ class Model(Resource):
             raise InvalidArgumentError("token ids do not fit in int32")
         return self._vocab().detokenize(arr.astype(np.int32), remove_special, unparse_special)
 
+    # -- chat ----------------------------------------------------------------
+
+    @property
+    def chat_template(self) -> str | None:
+        """The model's chat template (``tokenizer.chat_template``, Jinja), or None."""
+        return self._live().chat_template()
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, *,
+                            template: str | None = None) -> str:
+        """The prompt text of a chat, through the model's chat template (or ``template``)
+        by llama.cpp's common/chat (Jinja). ``messages`` is a list of ``{"role": ...,
+        "content": ...}`` dicts; ``add_generation_prompt`` appends the opening of the
+        assistant's turn. Tokenize the result with ``tokenize(text, special=True)``."""
+        if isinstance(messages, (str, dict)) or not hasattr(messages, "__iter__"):
+            raise ArgumentTypeError("messages is a list of {'role': ..., 'content': ...} dicts")
+        pairs = []
+        for m in messages:
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise ArgumentTypeError("each message is a dict with str 'role' and 'content'")
+            pairs.append((m["role"], m["content"]))
+        if not isinstance(add_generation_prompt, bool):
+            raise ArgumentTypeError("add_generation_prompt must be a bool")
+        if template is not None and not isinstance(template, str):
+            raise ArgumentTypeError(f"template must be a str, got {type(template).__name__}")
+        if template is None and self.chat_template is None:
+            raise InvalidArgumentError(f"{self.path} has no chat template (tokenizer.chat_template); pass template=")
+        return self._vocab().apply_chat_template(pairs, add_generation_prompt, template)
+
+    def chat_tokens(self, messages, add_generation_prompt: bool = True, *, template: str | None = None) -> np.ndarray:
+        """The token ids of :meth:`apply_chat_template`'s text, its special tokens parsed
+        (and the BOS once, whether or not the template writes it)."""
+        tokens = self.tokenize(self.apply_chat_template(messages, add_generation_prompt, template=template),
+                               special=True)
+        bos = self._metadata.get("tokenizer.ggml.bos_token_id")
+        if len(tokens) > 1 and tokens[0] == tokens[1] == bos:
+            tokens = tokens[1:]
+        return tokens
+
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, ...)."""
         token = as_int(token, "token", -2**63, 2**63 - 1)

@@ -247,24 +247,56 @@ class _SpeculativeSession(Resource):
         return result
 
     def generate(self, prompt, max_new_tokens: int = 128, *, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, min_p: float = 0.0, seed: int | None = None, stop_tokens=(),
-                 stop_strings=(), n_draft_max: int | str | None = None) -> Generation:
+                 top_p: float = 1.0, min_p: float = 0.0, typical_p: float = 1.0, repeat_penalty: float = 1.0,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0, penalty_last_n: int = 64,
+                 logit_bias: dict[int, float] | None = None, grammar: str | None = None,
+                 json_schema: dict | None = None, seed: int | None = None, stop_tokens=(), stop_strings=(),
+                 n_draft_max: int | str | None = None, verify: str = "match", logprobs: int = 0,
+                 trace: bool = False) -> Generation:
         """Generate up to ``max_new_tokens`` tokens after ``prompt`` (text or token ids) on sequence 0.
 
         The whole draft, verify, process, accept and trim loop runs inside the
         extension without the GIL. ``temperature=0`` is greedy (the result is
         the target's own greedy decoding); otherwise tokens are sampled from
-        the target's distribution, losslessly. ``n_draft_max`` caps the draft
-        length. ``"auto"`` picks, as it runs, the length that yields the most
-        tokens per second from this session's measured round costs and
-        acceptance, down to plain decoding (no drafts) for the rest of the
-        generation when no length pays (``stats.n_plain_rounds`` counts those
-        rounds; the sequence's draft state is then reset). The session keeps
-        what it measured for its next generations. The sequence's previous KV
-        cache is cleared first.
+        the target's distribution, losslessly.
+
+        Sampling is llama.cpp's sampler chain: ``logit_bias`` ({token: bias};
+        ``-inf`` bans a token), the penalties over the last ``penalty_last_n``
+        tokens (the prompt's included; -1: the whole context), ``grammar``
+        (GBNF, rule ``root``) or ``json_schema`` (a dict, turned into a grammar
+        by llama.cpp's common/json-schema-to-grammar), then top-k, typical-p,
+        top-p, min-p and temperature. A grammar applies to the target's
+        verification: every emitted token obeys it, and drafted tokens it
+        forbids count as rejected.
+
+        ``verify`` chooses how drafts are checked at temperature > 0 (greedy is
+        always exact): ``"match"`` keeps drafted tokens while they equal the
+        target's own samples, so a seed gives the same tokens with and without
+        speculation; ``"rejection"`` draws the drafts from the draft's own
+        distribution q (the same transforms, no penalties or grammar) and keeps
+        each with probability min(1, p/q), resampling a rejected position from
+        max(0, p - q): the tokens follow the target's distribution and more
+        drafts are kept, but a seed's tokens differ from plain sampling's.
+
+        ``logprobs=k`` fills :attr:`Generation.logprobs` and the ``k`` best
+        alternatives; ``trace=True`` records every round (drafted tokens, the
+        draft's probability of each, how many were kept, timings) in
+        :attr:`Generation.trace`.
+
+        ``n_draft_max`` caps the draft length. ``"auto"`` picks, as it runs,
+        the length that yields the most tokens per second from this session's
+        measured round costs and acceptance, down to plain decoding (no
+        drafts) for the rest of the generation when no length pays
+        (``stats.n_plain_rounds`` counts those rounds; the sequence's draft
+        state is then reset). The session keeps what it measured for its next
+        generations. The sequence's previous KV cache is cleared first.
         """
-        kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                      stop_tokens=stop_tokens, stop_strings=stop_strings, n_draft_max=n_draft_max)
+        kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                      presence_penalty=presence_penalty, penalty_last_n=penalty_last_n, logit_bias=logit_bias,
+                      grammar=grammar, json_schema=json_schema, seed=seed, stop_tokens=stop_tokens,
+                      stop_strings=stop_strings, n_draft_max=n_draft_max, verify=verify, logprobs=logprobs,
+                      trace=trace)
         return self._generate([prompt], max_new_tokens, kwargs)[0]
 
     def generate_batch(self, prompts, max_new_tokens: int = 128, **kwargs) -> BatchGeneration:

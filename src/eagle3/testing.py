@@ -85,6 +85,7 @@ class DraftSpec:
     norm_before_fc: bool = False
     weights: str = "random"  # "random" or "aligned"
     agreement: float = 0.7
+    output_scale: float = 1.0  # scales the draft's logits: lower makes its distribution flatter
     seed: int = 1
 
     def __post_init__(self) -> None:
@@ -272,7 +273,7 @@ def write_eagle3_draft(path: str | os.PathLike, target: TargetSpec = TargetSpec(
     tensors: dict[str, np.ndarray] = {"fc.weight": _dense(rng, E, 3 * Et)}
     if spec.norm_before_fc:
         tensors["enc.output_norm.weight"] = np.ones(3 * Et, np.float32)
-    tensors["output_norm.weight"] = np.ones(E, np.float32)
+    tensors["output_norm.weight"] = np.full(E, spec.output_scale, np.float32)
     output, blk = _draft_layer(target, spec, rng, draft_ids)
     if own_output:
         tensors["output.weight"] = output

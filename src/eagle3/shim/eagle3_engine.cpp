@@ -4,12 +4,14 @@
 // checks and draft/accept bookkeeping apply here exactly as from Python.
 
 #include "eagle3_engine.h"
+#include "eagle3_sampling.hpp"
 #include "shim_util.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,88 +32,6 @@ uint64_t mix_seed(uint64_t x) {
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
     return x ^ (x >> 31);
 }
-
-// Samples a token from one row of logits; one uniform draw per call.
-class sampler {
-  public:
-    int32_t sample(const float * logits, int32_t n_vocab, const e3_sampling & s, std::mt19937_64 & rng) {
-        if (s.temperature <= 0.0f) {
-            return (int32_t) (std::max_element(logits, logits + n_vocab) - logits);
-        }
-        const double u = (double) (rng() >> 11) * (1.0 / 9007199254740992.0);
-
-        cand_.resize(n_vocab);
-        for (int32_t i = 0; i < n_vocab; ++i) {
-            cand_[i] = {logits[i], i};
-        }
-        auto by_logit = [](const cand & a, const cand & b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
-        size_t n = cand_.size();
-        bool sorted = false;
-        if (s.top_k > 0 && (size_t) s.top_k < n) {
-            std::partial_sort(cand_.begin(), cand_.begin() + s.top_k, cand_.end(), by_logit);
-            n = (size_t) s.top_k;
-            sorted = true;
-        }
-        if ((s.top_p < 1.0f || s.min_p > 0.0f) && !sorted) {
-            std::sort(cand_.begin(), cand_.begin() + n, by_logit);
-            sorted = true;
-        }
-        // by_logit orders the largest logit first: the first in that order is the maximum
-        const float max_logit = sorted ? cand_[0].logit
-                                       : std::min_element(cand_.begin(), cand_.begin() + n, by_logit)->logit;
-        if (s.top_p < 1.0f || s.min_p > 0.0f) {
-            // truncation on the untempered distribution, as llama.cpp's default chain
-            probs_.resize(n);
-            double sum = 0.0;
-            for (size_t i = 0; i < n; ++i) {
-                probs_[i] = std::exp((double) cand_[i].logit - max_logit);
-                sum += probs_[i];
-            }
-            size_t keep = n;
-            if (s.top_p < 1.0f) {
-                double cum = 0.0;
-                for (size_t i = 0; i < n; ++i) {
-                    cum += probs_[i] / sum;
-                    if (cum >= s.top_p) {
-                        keep = i + 1;
-                        break;
-                    }
-                }
-            }
-            if (s.min_p > 0.0f) {
-                const double floor = s.min_p * probs_[0];  // the first candidate has the largest probability
-                size_t k = 1;
-                while (k < keep && probs_[k] >= floor) {
-                    ++k;
-                }
-                keep = k;
-            }
-            n = keep;
-        }
-        probs_.resize(n);
-        double sum = 0.0;
-        for (size_t i = 0; i < n; ++i) {
-            probs_[i] = std::exp(((double) cand_[i].logit - max_logit) / s.temperature);
-            sum += probs_[i];
-        }
-        double target = u * sum;
-        for (size_t i = 0; i < n; ++i) {
-            target -= probs_[i];
-            if (target < 0.0) {
-                return cand_[i].id;
-            }
-        }
-        return cand_[n - 1].id;
-    }
-
-  private:
-    struct cand {
-        float   logit;
-        int32_t id;
-    };
-    std::vector<cand>   cand_;
-    std::vector<double> probs_;
-};
 
 // n_draft_max="auto": the draft length that gives the most tokens per second,
 // from the session's own measurements. A round with k drafted tokens per
@@ -215,7 +135,18 @@ struct sequence {
     int32_t n_past = 0;
     int32_t finish = E3_RUNNING;
     int32_t cap = 0;          // draft length cap of this sequence
-    std::mt19937_64 rng;
+    std::unique_ptr<e3::seq_sampler> smpl;
+    std::vector<e3::distribution> q;  // rejection verification: the draft's distribution at each drafted position
+    size_t n_q = 0;                   // (of this round)
+    float * out_lp = nullptr;         // logprobs: where emitted tokens' go
+    int32_t * out_top_ids = nullptr;
+    float * out_top_lp = nullptr;
+    std::vector<float> lp, top_lp;    // logprobs of this round's tokens, until they are emitted
+    std::vector<int32_t> top_ids;
+    double t_draft = 0.0;             // this round's share of the draft call
+    std::vector<e3_trace_round> trace;
+    std::vector<int32_t> trace_tokens;  // n_draft_max per round
+    std::vector<float> trace_p;
     std::string text;         // detokenized output, for stop strings
     e3::tally tally;          // this request's counters
     // this round
@@ -258,7 +189,11 @@ struct e3_engine {
     bool plain = false;      // adaptive chose plain decoding for the rest of this generation
     e3_cancel * cancel = nullptr;  // the target context's: set, it aborts the target's decodes
 
-    sampler smpl;
+    bool rejection = false;  // rejection verification (temperature > 0 and asked for)
+    int32_t n_logprobs = 0;
+    bool tracing = false;
+    double t_verify = 0.0;   // this round's target pass
+    int failed = E3_OK;      // why sample_row() gave no token
     std::vector<int32_t> b_tok, b_pos, b_seq;  // the batch's entries, for e3_spec_process
     std::vector<int32_t> d_seq, d_past, d_last, d_cap, d_len, d_out, d_owner;  // draft requests
     char piece[256];
@@ -327,30 +262,79 @@ struct e3_engine {
         return rc != E3_OK && cancelled() ? E3_CANCELLED : rc;  // (a cancel also stops the draft side)
     }
 
-    // the sampled token, or -1 (err filled) when the row has no usable logits
-    int32_t sample_row(sequence & s, int32_t row, e3_error * err) {
+    // the token at a verified row (k: the drafted position it verifies, -1 for none), or -1
+    // (err and failed filled) when the row has no token to give
+    int32_t sample_row(sequence & s, int32_t row, int32_t k, e3_error * err) {
         const auto t0 = clock_type::now();
         const float * logits = llama_get_logits_ith(ctx, row);
         if (!logits) {
-            fail(err, E3_ERR_DECODE, "the target returned no logits for batch row %d", (int) row);
+            failed = fail(err, E3_ERR_DECODE, "the target returned no logits for batch row %d", (int) row);
             return -1;
         }
         if (!e3_logits_usable(logits, n_vocab)) {
             // NaN or infinite weights (or activations that overflow) give rows with no
             // token to pick: greedy would return an arbitrary id as if it were the answer
-            fail(err, E3_ERR_DECODE, "the target's logits for sequence %d contain NaN or +inf (or are all -inf): "
-                 "its weights are corrupt or its activations overflow", (int) s.seq_id);
+            failed = fail(err, E3_ERR_DECODE, "the target's logits for sequence %d contain NaN or +inf (or are all "
+                          "-inf): its weights are corrupt or its activations overflow", (int) s.seq_id);
             return -1;
         }
-        const int32_t token = smpl.sample(logits, n_vocab, sampling, s.rng);
+        e3::seq_sampler & smpl = *s.smpl;
+        int32_t token;
+        if (smpl.plain_greedy() && n_logprobs == 0) {
+            token = (int32_t) (std::max_element(logits, logits + n_vocab) - logits);
+        } else {
+            const e3::distribution & p = smpl.target(logits);
+            if (p.size == 0) {
+                failed = fail(err, E3_ERR_ARG, "the grammar allows no token for sequence %d after %d generated tokens",
+                              (int) s.seq_id, (int) (s.n_out + (int32_t) s.lp.size()));
+                return -1;
+            }
+            if (k >= 0 && (size_t) k < s.n_q) {
+                token = smpl.verify(p, s.q[k], s.draft[k]);
+            } else {
+                token = smpl.greedy() ? p.argmax() : smpl.pick(p);
+            }
+            if (n_logprobs > 0) {
+                keep_logprobs(s, p, token);
+            }
+        }
+        smpl.accept(token);
         const double dt = seconds_since(t0);
         s.tally.c.t_sample_s += dt;
         total.c.t_sample_s += dt;
         return token;
     }
 
+    // the token's log-probability and the n_logprobs most probable, until emit() writes them
+    void keep_logprobs(sequence & s, const e3::distribution & p, int32_t token) {
+        s.lp.push_back(std::log(p.prob(token)));
+        std::vector<size_t> order(p.size);
+        for (size_t i = 0; i < p.size; ++i) {
+            order[i] = i;
+        }
+        const size_t n = std::min<size_t>(n_logprobs, p.size);
+        std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                          [&](size_t a, size_t b) { return p.cand[a].p > p.cand[b].p; });
+        for (int32_t j = 0; j < n_logprobs; ++j) {
+            const bool have = (size_t) j < n;
+            s.top_ids.push_back(have ? p.cand[order[j]].id : -1);
+            s.top_lp.push_back(have ? std::log(p.cand[order[j]].p) : -INFINITY);
+        }
+    }
+
+    void forget_logprobs(sequence & s) {
+        s.lp.clear();
+        s.top_ids.clear();
+        s.top_lp.clear();
+    }
+
     // appends one generated token; returns false once the sequence is done
-    bool emit(sequence & s, int32_t token) {
+    bool emit(sequence & s, int32_t token, size_t j) {
+        if (n_logprobs > 0 && j < s.lp.size()) {
+            s.out_lp[s.n_out] = s.lp[j];
+            std::copy_n(s.top_ids.begin() + j * n_logprobs, n_logprobs, s.out_top_ids + (size_t) s.n_out * n_logprobs);
+            std::copy_n(s.top_lp.begin() + j * n_logprobs, n_logprobs, s.out_top_lp + (size_t) s.n_out * n_logprobs);
+        }
         s.out[s.n_out++] = token;
         s.tally.c.n_generated++;
         total.c.n_generated++;
@@ -387,6 +371,16 @@ struct e3_engine {
         s.finish = reason;
         s.tally.c.t_total_s = seconds_since(t_start);
         return false;
+    }
+
+    void record_round(sequence & s, int32_t n_acc) {
+        s.trace.push_back({(int32_t) total.c.n_rounds - 1, s.draft_len, n_acc, s.t_draft, t_verify});
+        const float * probs = s.drafted ? e3_spec_draft_probs(spec, s.seq_id) : nullptr;
+        for (int32_t k = 0; k < std::max(n_draft_spec, 1); ++k) {
+            const bool have = k < s.draft_len;
+            s.trace_tokens.push_back(have ? s.draft[k] : -1);
+            s.trace_p.push_back(have && probs ? probs[k] : NAN);
+        }
     }
 
     int32_t draft_cap(const sequence & s) const {
@@ -470,6 +464,43 @@ static int check_sampling(const e3_sampling & s, e3_error * err) {
     if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
         return fail(err, E3_ERR_ARG, "min_p must be in [0.0, 1.0], got %g", (double) s.min_p);
     }
+    if (!(s.typical_p > 0.0f && s.typical_p <= 1.0f)) {
+        return fail(err, E3_ERR_ARG, "typical_p must be in (0.0, 1.0], got %g", (double) s.typical_p);
+    }
+    if (s.penalty_last_n < -1) {
+        return fail(err, E3_ERR_ARG, "penalty_last_n = %d must be >= -1 (-1: the whole context, 0: off)",
+                    (int) s.penalty_last_n);
+    }
+    if (!(s.repeat_penalty > 0.0f && s.repeat_penalty < 1e6f)) {
+        return fail(err, E3_ERR_ARG, "repeat_penalty must be a number > 0 (1: off), got %g", (double) s.repeat_penalty);
+    }
+    if (!std::isfinite(s.frequency_penalty) || !std::isfinite(s.presence_penalty)) {
+        return fail(err, E3_ERR_ARG, "frequency_penalty and presence_penalty must be finite numbers");
+    }
+    if (s.verify != E3_VERIFY_MATCH && s.verify != E3_VERIFY_REJECTION) {
+        return fail(err, E3_ERR_ARG, "unknown verification %d", (int) s.verify);
+    }
+    return E3_OK;
+}
+
+static int check_bias_and_grammar(const e3_engine * e, const e3_sampling & s, e3_error * err) {
+    for (int32_t i = 0; i < s.n_logit_bias; ++i) {
+        const e3_logit_bias & b = s.logit_bias[i];
+        if (b.token < 0 || b.token >= e->n_vocab) {
+            return fail(err, E3_ERR_ARG, "logit_bias token %d is outside the vocabulary (0..%d)", (int) b.token,
+                        (int) e->n_vocab - 1);
+        }
+        if (std::isnan(b.bias) || b.bias == INFINITY) {
+            return fail(err, E3_ERR_ARG, "logit_bias of token %d must be a number or -inf (to ban it)", (int) b.token);
+        }
+    }
+    if (s.grammar && s.grammar[0]) {
+        llama_sampler * grammar = llama_sampler_init_grammar(e->vocab, s.grammar, "root");
+        if (!grammar) {
+            return fail(err, E3_ERR_ARG, "the grammar does not parse");
+        }
+        llama_sampler_free(grammar);
+    }
     return E3_OK;
 }
 
@@ -487,6 +518,14 @@ static int check_request(const e3_engine * e, const e3_request & r, e3_error * e
     }
     if (int rc = check_sampling(r.sampling, err)) {
         return rc;
+    }
+    if (int rc = check_bias_and_grammar(e, r.sampling, err)) {
+        return rc;
+    }
+    if (r.n_logprobs < 0 || r.n_logprobs > std::min(e->n_vocab, 1024) ||
+        (r.n_logprobs > 0 && !(r.logprobs && r.top_ids && r.top_logprobs))) {
+        return fail(err, E3_ERR_ARG, "logprobs = %d must be in [0, %d]", (int) r.n_logprobs,
+                    (int) std::min(e->n_vocab, 1024));
     }
     if (e->spec && (r.n_draft < E3_DRAFT_AUTO || r.n_draft > e->n_draft_spec)) {
         return fail(err, E3_ERR_ARG, "n_draft_max = %d is outside [1, %d] (the session's n_draft_max)",
@@ -531,9 +570,12 @@ static int check_request(const e3_engine * e, const e3_request & r, e3_error * e
 }
 
 // the generation's settings, the adaptive state, and a fresh start for each sequence
-static void setup(e3_engine * e, const e3_request & r) {
+static int setup(e3_engine * e, const e3_request & r, e3_error * err) {
     e->max_new = r.max_new;
     e->sampling = r.sampling;
+    e->rejection = r.sampling.verify == E3_VERIFY_REJECTION && r.sampling.temperature > 0.0f;
+    e->n_logprobs = r.n_logprobs;
+    e->tracing = r.trace != 0;
     e->stop_tokens.assign(r.stop_tokens, r.stop_tokens + r.n_stop_tokens);
     e->stop_strings.assign(r.stop_strings, r.stop_strings + r.n_stop_strings);
     e->adaptive = r.n_draft == E3_DRAFT_AUTO && e->spec;
@@ -553,20 +595,32 @@ static void setup(e3_engine * e, const e3_request & r) {
     const int32_t first_cap = !e->adaptive     ? e->n_draft
                               : e->best_cap > 0 ? e->best_cap
                                                 : std::max(std::min(2, e->n_draft), e->n_min);
-    e->seqs.assign(r.n_seq, sequence{});
+    e->seqs.clear();
+    e->seqs.resize(r.n_seq);
     llama_memory_t mem = llama_get_memory(e->ctx);
     for (int32_t i = 0; i < r.n_seq; ++i) {
         sequence & s = e->seqs[i];
         s.seq_id = r.seq_ids[i];
         s.out = r.out[i];
+        if (e->n_logprobs > 0) {
+            s.out_lp = r.logprobs[i];
+            s.out_top_ids = r.top_ids[i];
+            s.out_top_lp = r.top_logprobs[i];
+        }
         s.cap = first_cap;
         s.tally = e3::tally(e->n_draft_spec);
-        s.rng.seed(mix_seed(r.sampling.seed + (uint64_t) i));
+        s.smpl = std::make_unique<e3::seq_sampler>();
+        if (int rc = s.smpl->init(e->vocab, e->n_vocab, e->n_ctx_seq, r.sampling, r.prompts[i], r.n_prompt[i],
+                                  mix_seed(r.sampling.seed + (uint64_t) i), err)) {
+            e->seqs.clear();
+            return rc;
+        }
         llama_memory_seq_rm(mem, s.seq_id, -1, -1);
         if (e->spec) {
             e3_spec_reset_seq(e->spec, s.seq_id);  // the draft side of a sequence starts over with it
         }
     }
+    return E3_OK;
 }
 
 // chunks of n_batch over all prompts; each first token is sampled from the
@@ -597,11 +651,12 @@ static int prefill(e3_engine * e, const e3_request & r, e3_error * err) {
             for (auto [req, row] : ready) {
                 sequence & s = e->seqs[req];
                 s.n_past = r.n_prompt[req];
-                s.id_last = e->sample_row(s, row, err);
+                s.id_last = e->sample_row(s, row, -1, err);
                 if (s.id_last < 0) {
-                    return E3_ERR_DECODE;
+                    return e->failed;
                 }
-                e->emit(s, s.id_last);
+                e->emit(s, s.id_last, 0);
+                e->forget_logprobs(s);
             }
             ready.clear();
             e->batch_clear();
@@ -631,7 +686,9 @@ extern "C" int e3_engine_start(e3_engine * e, const e3_request * r, e3_error * e
         if (int rc = check_request(e, *r, err)) {
             return rc;  // refused: the engine and the contexts are as they were
         }
-        setup(e, *r);
+        if (int rc = setup(e, *r, err)) {
+            return rc;
+        }
         const int rc = prefill(e, *r, err);
         if (rc == E3_CANCELLED) {
             e->cancel_all();
@@ -665,6 +722,8 @@ static int32_t plan(e3_engine * e, bool probe) {
         s.drafted = false;
         s.draft_len = 0;
         s.draft = nullptr;
+        s.n_q = 0;
+        s.t_draft = 0.0;
         if (s.finish != E3_RUNNING) {
             continue;
         }
@@ -686,6 +745,16 @@ static int32_t plan(e3_engine * e, bool probe) {
     return n_live;
 }
 
+// rejection verification: each drafted token is drawn from the draft's own distribution q
+// under the generation's transforms, and q is kept for the verification
+static int32_t draft_from_q(void * user, llama_context * ctx, int32_t idx, float * p) {
+    sequence & s = *static_cast<sequence *>(user);
+    if (s.n_q == s.q.size()) {
+        s.q.emplace_back();
+    }
+    return s.smpl->draft_pick(llama_get_logits_ith(ctx, idx), s.q[s.n_q++], p);
+}
+
 // one draft call for every planned request
 static int draft(e3_engine * e, e3_error * err) {
     const int32_t n_req = (int32_t) e->d_seq.size();
@@ -695,16 +764,25 @@ static int draft(e3_engine * e, e3_error * err) {
     const int32_t stride = std::max(e->n_draft_spec, 1);
     e->d_out.assign((size_t) n_req * stride, 0);
     e->d_len.assign(n_req, 0);
+    for (int32_t r = 0; e->rejection && r < n_req; ++r) {  // the drafts are drawn from q, which is kept
+        sequence & s = e->seqs[e->d_owner[r]];
+        s.n_q = 0;
+        e3_spec_set_draft_sampler(e->spec, s.seq_id, draft_from_q, &s);
+    }
     const auto t0 = clock_type::now();
     const int rc = e3_spec_draft(e->spec, n_req, e->d_seq.data(), e->d_past.data(), e->d_last.data(),
                                  e->d_cap.data(), e->d_out.data(), stride, e->d_len.data(), err);
     const double dt = seconds_since(t0) / n_req;
+    for (int32_t r = 0; e->rejection && r < n_req; ++r) {
+        e3_spec_set_draft_sampler(e->spec, e->d_seq[r], nullptr, nullptr);
+    }
     if (rc != E3_OK) {
         return e->cancelled() ? E3_CANCELLED : rc;
     }
     for (int32_t r = 0; r < n_req; ++r) {
         sequence & s = e->seqs[e->d_owner[r]];
         s.drafted = true;
+        s.t_draft = dt;
         s.draft_len = std::min(e->d_len[r], e->d_cap[r]);
         s.draft = e->d_out.data() + (size_t) r * stride;
         s.tally.add_draft(s.draft_len, dt);
@@ -732,6 +810,7 @@ static int verify(e3_engine * e, e3_error * err) {
     }
     double t_verify = 0.0;
     const int rc = e->batch_decode(t_verify, err);
+    e->t_verify = t_verify;
     e->total.c.t_verify_s += t_verify;
     e->total.c.n_rounds++;
     e->total.c.n_plain_rounds += e->plain;
@@ -752,10 +831,11 @@ static int sample(e3_engine * e, e3_error * err) {
             continue;
         }
         s.accepted.clear();
+        e->forget_logprobs(s);
         for (int32_t k = 0;; ++k) {
-            const int32_t token = e->sample_row(s, s.row0 + k, err);
+            const int32_t token = e->sample_row(s, s.row0 + k, k < s.draft_len ? k : -1, err);
             if (token < 0) {
-                return E3_ERR_DECODE;
+                return e->failed;
             }
             s.accepted.push_back(token);
             if (k == s.draft_len || token != s.draft[k]) {
@@ -822,8 +902,11 @@ static int commit(e3_engine * e, int32_t & n_left, e3_error * err) {
         if (n_acc < s.draft_len) {
             llama_memory_seq_rm(mem, s.seq_id, s.n_past, -1);  // the rejected drafts
         }
-        for (int32_t token : s.accepted) {
-            if (!e->emit(s, token)) {
+        if (e->tracing) {
+            e->record_round(s, n_acc);
+        }
+        for (size_t j = 0; j < s.accepted.size(); ++j) {
+            if (!e->emit(s, s.accepted[j], j)) {
                 break;
             }
         }
@@ -917,6 +1000,24 @@ extern "C" int e3_engine_step(e3_engine * e, e3_error * err) {
     } catch (const std::exception & ex) {
         return fail(err, E3_ERR_EXCEPTION, "%s", ex.what());
     }
+}
+
+extern "C" int32_t e3_engine_trace(const e3_engine * e, int32_t i, e3_trace_round * rounds, int32_t * drafted,
+                                   float * draft_p, int32_t cap) {
+    if (!e || i < 0 || i >= (int32_t) e->seqs.size()) {
+        return 0;
+    }
+    const sequence & s = e->seqs[i];
+    const int32_t n = (int32_t) s.trace.size();
+    if (!rounds) {
+        return n;
+    }
+    const size_t width = std::max(e->n_draft_spec, 1);
+    const int32_t m = std::min(n, cap);
+    std::copy_n(s.trace.begin(), m, rounds);
+    std::copy_n(s.trace_tokens.begin(), m * width, drafted);
+    std::copy_n(s.trace_p.begin(), m * width, draft_p);
+    return m;
 }
 
 extern "C" int32_t e3_engine_n_tokens(const e3_engine * e, int32_t i) {

@@ -8,12 +8,15 @@
  * Without a session it decodes one token per sequence per round (plain
  * decoding with the same sampler, for comparisons).
  *
- * Sampling is lossless: at every verified position the target's own
- * distribution is sampled (top-k, then top-p, then min-p on the raw
- * distribution, then temperature; temperature <= 0 is greedy), and drafted
- * tokens are kept while they equal the sampled ones. Each output token costs
- * exactly one random draw, so a seed gives the same stream with or without
- * speculation.
+ * Sampling is lossless. llama.cpp's samplers transform the target's logits
+ * (logit bias, penalties, grammar, top-k, typical-p, top-p, min-p, temperature;
+ * temperature <= 0 is greedy) and the engine draws from what they leave. Two
+ * verifications: "match" keeps drafted tokens while they equal the target's own
+ * samples (each output token costs one random draw, so a seed gives the same
+ * stream with or without speculation); "rejection" draws the drafts from the
+ * draft's distribution q under the same transforms and keeps each with
+ * probability min(1, p/q), resampling a rejected position from max(0, p - q)
+ * (the output follows the target's distribution; more drafts are kept).
  */
 #ifndef EAGLE3_ENGINE_H
 #define EAGLE3_ENGINE_H
@@ -24,11 +27,30 @@
 extern "C" {
 #endif
 
+enum e3_verify {
+    E3_VERIFY_MATCH     = 0,
+    E3_VERIFY_REJECTION = 1,
+};
+
+typedef struct e3_logit_bias {
+    int32_t token;
+    float   bias;
+} e3_logit_bias;
+
 typedef struct e3_sampling {
-    float    temperature; /* <= 0: greedy */
-    int32_t  top_k;       /* <= 0: off */
-    float    top_p;       /* >= 1: off */
-    float    min_p;       /* <= 0: off */
+    float    temperature;       /* <= 0: greedy */
+    int32_t  top_k;             /* <= 0: off */
+    float    top_p;             /* >= 1: off */
+    float    min_p;             /* <= 0: off */
+    float    typical_p;         /* >= 1: off */
+    int32_t  penalty_last_n;    /* tokens the penalties look back over, the prompt's included; 0: off, -1: n_ctx */
+    float    repeat_penalty;    /* 1: off */
+    float    frequency_penalty; /* 0: off */
+    float    presence_penalty;  /* 0: off */
+    const e3_logit_bias * logit_bias;
+    int32_t  n_logit_bias;
+    const char * grammar;       /* GBNF with a rule "root"; NULL or "": none */
+    int32_t  verify;            /* e3_verify */
     uint64_t seed;
 } e3_sampling;
 
@@ -59,7 +81,25 @@ typedef struct e3_request {
      * n_min); E3_DRAFT_AUTO: the length that gives the most tokens per second
      * from the session's measured costs and acceptance, down to plain decoding */
     int32_t                 n_draft;
+    /* > 0: each emitted token's log-probability under the target (after the
+     * sampler's transforms; greedy: at temperature 1) into logprobs[i], and the
+     * n_logprobs most probable alternatives into top_ids[i] / top_logprobs[i]
+     * (n_logprobs per token, -1 / -inf where fewer are left); as large as out */
+    int32_t                 n_logprobs;
+    float * const *         logprobs;
+    int32_t * const *       top_ids;
+    float * const *         top_logprobs;
+    int32_t                 trace;       /* nonzero: record every round (e3_engine_trace) */
 } e3_request;
+
+/* One round of one request, as recorded with e3_request.trace. */
+typedef struct e3_trace_round {
+    int32_t round;       /* the generation's round (target pass) number, from 0 */
+    int32_t n_drafted;
+    int32_t n_accepted;
+    double  t_draft_s;   /* this request's share of the round's draft call */
+    double  t_verify_s;  /* the round's target pass */
+} e3_trace_round;
 
 typedef struct e3_engine e3_engine;
 
@@ -88,6 +128,12 @@ int32_t e3_engine_finish(const e3_engine * engine, int32_t i);
  * i < 0 (n_rounds: target passes; for one request, the rounds it took part
  * in). hist may be NULL. */
 void e3_engine_counters(const e3_engine * engine, int32_t i, e3_counters * out, const e3_histograms * hist);
+
+/* The rounds request i took part in (their number, when rounds is NULL): up to cap
+ * rounds into rounds, and their drafted tokens and the draft's probability of each
+ * into drafted / draft_p (rows of the session's n_draft_max, padded with -1 / NaN). */
+int32_t e3_engine_trace(const e3_engine * engine, int32_t i, e3_trace_round * rounds, int32_t * drafted,
+                        float * draft_p, int32_t cap);
 
 /* Whether a row of n logits has a token to pick: no NaN, no +inf, not all -inf
  * (a model with NaN or infinite weights gives rows without one). */

@@ -141,6 +141,12 @@ struct e3_spec {
 
     std::vector<llama_tokens> prompts;   // per seq, from begin()
     std::vector<llama_tokens> results;   // per seq, scratch for draft()
+    std::vector<std::vector<float>> result_p;  // per seq: the probability of each drafted token
+    struct draft_sampler {
+        e3_draft_sample_fn fn = nullptr;
+        void * user = nullptr;
+    };
+    std::vector<draft_sampler> samplers;  // per seq: the engine's, or none (the drafter's greedy choice)
     std::vector<int32_t> pending;        // per seq: length of the draft awaiting accept(), -1 none
     std::vector<int32_t> pending_pos0;   // per seq: n_past of that draft
     std::vector<e3::tally> tallies;      // per seq
@@ -308,6 +314,8 @@ e3_spec * make_spec(llama_context * ctx_tgt, llama_context * ctx_dft, const e3_s
     s->n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx_tgt)));
     s->prompts.assign(cfg.n_seq, {});
     s->results.assign(cfg.n_seq, {});
+    s->result_p.assign(cfg.n_seq, {});
+    s->samplers.assign(cfg.n_seq, {});
     s->pending.assign(cfg.n_seq, -1);
     s->pending_pos0.assign(cfg.n_seq, 0);
     s->tallies.assign(cfg.n_seq, e3::tally(s->n_draft_max));
@@ -504,6 +512,7 @@ extern "C" int e3_spec_draft(e3_spec * s, int32_t n_req, const int32_t * seq_ids
             const int32_t seq = seq_ids[i];
             auto & result = s->results[seq];
             result.clear();
+            s->result_p[seq].clear();
             int32_t cap = s->n_draft_max;
             if (n_max && n_max[i] > 0 && n_max[i] < cap) {
                 cap = n_max[i];
@@ -515,6 +524,9 @@ extern "C" int e3_spec_draft(e3_spec * s, int32_t n_req, const int32_t * seq_ids
             dp.id_last = id_last[i];
             dp.prompt = &s->prompts[seq];
             dp.result = &result;
+            dp.result_p = &s->result_p[seq];
+            dp.sample = s->samplers[seq].fn;
+            dp.sample_user = s->samplers[seq].user;
         }
         const auto t0 = clock_type::now();
         common_speculative_draft(s->spec);
@@ -537,6 +549,16 @@ extern "C" int e3_spec_draft(e3_spec * s, int32_t n_req, const int32_t * seq_ids
     }
     E3_GUARD("draft")
     return E3_OK;
+}
+
+extern "C" void e3_spec_set_draft_sampler(e3_spec * s, int32_t seq_id, e3_draft_sample_fn fn, void * user) {
+    if (s && s->seq_ok(seq_id)) {
+        s->samplers[seq_id] = {fn, user};
+    }
+}
+
+extern "C" const float * e3_spec_draft_probs(const e3_spec * s, int32_t seq_id) {
+    return s && s->seq_ok(seq_id) && !s->result_p[seq_id].empty() ? s->result_p[seq_id].data() : nullptr;
 }
 
 extern "C" int e3_spec_accept(e3_spec * s, int32_t seq_id, int32_t n_accepted, e3_error * err) {

@@ -141,6 +141,16 @@ int e3_spec_draft(e3_spec * spec, int32_t n_req, const int32_t * seq_ids, const 
                   const int32_t * id_last, const int32_t * n_max, int32_t * out, int32_t out_stride,
                   int32_t * out_len, e3_error * err);
 
+/* Picks seq_id's drafted tokens (EAGLE-3 and MTP) in place of the drafter's greedy
+ * choice, from row idx of the draft context's outputs: returns the token and sets *p to
+ * its probability (compared with p_min). fn NULL: the drafter's own choice again. */
+typedef int32_t (*e3_draft_sample_fn)(void * user, struct llama_context * ctx, int32_t idx, float * p);
+void e3_spec_set_draft_sampler(e3_spec * spec, int32_t seq_id, e3_draft_sample_fn fn, void * user);
+
+/* The probability the draft gave each token of seq_id's last draft (as many as it
+ * drafted), or NULL when it drafted none. Valid until its next draft. */
+const float * e3_spec_draft_probs(const e3_spec * spec, int32_t seq_id);
+
 /* Reports how many tokens of the last draft of seq_id the target accepted.
  * Requires a draft for seq_id since the previous accept, and
  * 0 <= n_accepted <= its length. */
@@ -177,6 +187,18 @@ void e3_cancel_unwatch_sigint(void);
 /* llama_tokenize and llama_detokenize, as llama.h has them (*n_out as their
  * return value), but the C++ exceptions a broken vocabulary throws (a
  * "llama" vocabulary without byte tokens, say) become E3_ERR_ARG. */
+/* A GBNF grammar for a JSON schema (common/json-schema-to-grammar), or NULL (err
+ * filled); free it with e3_free_string. */
+char * e3_json_schema_to_grammar(const char * schema_json, e3_error * err);
+
+/* The prompt of a chat: n_messages (role, content) pairs through the model's chat
+ * template (template_override, if not NULL or empty, in its place), with the opening
+ * of the assistant's turn when add_generation_prompt; NULL on failure (err filled).
+ * Free it with e3_free_string. */
+char * e3_chat_apply(const struct llama_model * model, const char * template_override, const char * const * roles,
+                     const char * const * contents, int32_t n_messages, int add_generation_prompt, e3_error * err);
+void e3_free_string(char * s);
+
 int e3_tokenize(const struct llama_vocab * vocab, const char * text, int32_t text_len, int32_t * tokens,
                 int32_t n_tokens_max, int add_special, int parse_special, int32_t * n_out, e3_error * err);
 int e3_detokenize(const struct llama_vocab * vocab, const int32_t * tokens, int32_t n_tokens, char * text,
