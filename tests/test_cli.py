@@ -128,3 +128,21 @@ def test_generate_reads_the_prompt_from_stdin_and_prints_prompt_and_text_joined(
     assert report["prompt"] == "abc"
     text = run_cli("generate", "abc", "-n", "8", "--target", str(target), "--draft", str(draft))
     assert text.stdout == "abc" + report["text"] + "\n"
+
+
+def test_generate_with_a_chat_template_a_schema_and_rejection(chain_pair, tmp_path, capsys):
+    from gguf_edit import T, rewrite
+    from test_sampler_chain import CHATML
+
+    target, draft = chain_pair
+    chat = rewrite(target, tmp_path / "chat.gguf", set_kv={"tokenizer.chat_template": (CHATML, T.STRING)})
+    assert main(["generate", "hi", "-n", "8", "--chat", "--target", str(chat), "--draft", str(draft), "--json",
+                 "--temperature", "0.8", "--verify", "rejection", "--seed", "1"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["prompt"] == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert main(["generate", "hi", "--chat", "--target", str(target), "--draft", str(draft)]) == 1
+    assert "no chat template" in capsys.readouterr().err
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"type": "nothing-known"}')
+    assert main(["generate", "x", "--json-schema", str(schema), "--target", str(target), "--draft", str(draft)]) == 1
+    assert "JSON schema" in capsys.readouterr().err

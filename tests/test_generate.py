@@ -152,7 +152,7 @@ def test_mtp_session_uses_the_same_engine(model_dir):
 def test_sampling_with_a_seed_is_reproducible_and_matches_plain_sampling(chain_session):
     session = chain_session
     for seed in range(20):
-        kw = dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.01, seed=seed)
+        kw = dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.01, seed=seed, verify="match")
         a = session.generate([5, 6], 24, **kw).tokens
         assert np.array_equal(a, session.generate([5, 6], 24, **kw).tokens)
         # one random draw per token, and a verify pass rounds every logit as a

@@ -28,7 +28,7 @@ def test_match_verification_is_plain_sampling_token_for_token(chain_session, nam
     session = chain_session
     tctx = session.target
     for seed, prompt in enumerate([[5, 6, 7], [9, 9], [1, 2, 3, 4]]):
-        spec = session.generate(prompt, 40, seed=seed, **CHAINS[name])
+        spec = session.generate(prompt, 40, seed=seed, verify="match", **CHAINS[name])
         plain = tctx.generate(prompt, 40, seed=seed, **CHAINS[name])
         assert spec.tokens.tolist() == plain.tokens.tolist()
     assert session.generation_stats.n_accepted > 0  # (the drafts took part)
@@ -67,7 +67,7 @@ def test_logprobs_are_the_targets_log_softmax_and_equal_with_speculation(chain_s
     assert plain.top_tokens[0, 0] == plain.tokens[0] == int(np.argmax(logits))  # (greedy)
     np.testing.assert_allclose(plain.logprobs[0], log_softmax[plain.tokens[0]], atol=1e-5)
     np.testing.assert_allclose(plain.top_logprobs[0], np.sort(log_softmax)[::-1][:4], atol=1e-5)
-    spec = session.generate(prompt, 16, logprobs=4)
+    spec = session.generate(prompt, 16, logprobs=4)  # (greedy: exact whatever the verification)
     assert spec.tokens.tolist() == plain.tokens.tolist()
     np.testing.assert_allclose(spec.logprobs, plain.logprobs, atol=1e-5)
     np.testing.assert_array_equal(spec.top_tokens, plain.top_tokens)
@@ -123,8 +123,8 @@ def shipped_session():
         yield tc, session
 
 
-@pytest.mark.parametrize("sampling", [dict(), dict(temperature=0.8, seed=5), dict(temperature=0.8, seed=5,
-                                                                                   verify="rejection")])
+@pytest.mark.parametrize("sampling", [dict(), dict(temperature=0.8, seed=5, verify="match"),
+                                      dict(temperature=0.8, seed=5, verify="rejection")])
 def test_json_schema_output_parses_and_follows_the_schema(shipped_session, sampling):
     tctx, session = shipped_session
     for prompt in ("config = ", "def f(x):"):
@@ -133,7 +133,7 @@ def test_json_schema_output_parses_and_follows_the_schema(shipped_session, sampl
         value = json.loads(g.text)
         assert set(value) == {"name", "count"} and isinstance(value["name"], str) and len(value["name"]) <= 10
         assert isinstance(value["count"], int) and 0 <= value["count"] <= 99
-        if not sampling.get("verify"):  # and with speculation it is what plain decoding gives
+        if sampling.get("verify") != "rejection":  # and with speculation it is what plain decoding gives
             assert g.tokens.tolist() == tctx.generate(prompt, 120, json_schema=SCHEMA, **sampling).tokens.tolist()
 
 
@@ -197,3 +197,25 @@ def test_a_chat_template_from_the_gguf(tiny_pair, tmp_path):
         with pytest.raises(eagle3.InvalidArgumentError, match="no chat template"):
             model.apply_chat_template(messages)
         assert model.apply_chat_template(messages, template=CHATML).endswith("<|im_start|>assistant\n")
+
+
+HANGS_UNPATCHED = r"""
+import sys, eagle3
+from eagle3 import shipped
+with eagle3.Model(shipped.default_pair()[0]) as m, eagle3.Context(m) as c:
+    for kwargs in (dict(grammar='root ::= "x" [a-z]{5,2}'),
+                   dict(json_schema={"type": "string", "minLength": 5, "maxLength": 2})):
+        try:
+            c.generate("x", 4, **kwargs)
+            print("generated")
+        except eagle3.InvalidArgumentError:
+            print("refused")
+"""
+
+
+def test_repetitions_whose_maximum_is_below_their_minimum_are_refused_not_looped_on():
+    from conftest import run_python
+
+    result = run_python(HANGS_UNPATCHED, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["refused"] * 2

@@ -1,7 +1,7 @@
-"""Speculative sampling draws from the target's own distribution (a chi-square test).
+"""Match verification draws from the target's own distribution (a chi-square test).
 
-Two arms with disjoint seeds: speculative sampling through an EAGLE-3
-session whose drafts are often accepted, and plain sampling of the target
+Two arms with disjoint seeds: speculative sampling with verify="match" through an
+EAGLE-3 session whose drafts are often accepted, and plain sampling of the target
 with the same settings, over the same four prompts. The third generated
 token depends on two earlier sampled tokens, so it covers accepted, partly
 accepted and rejected drafts. The same samples with 2% of the probability
@@ -57,7 +57,8 @@ def test_speculative_sampling_matches_plain_sampling(models):
     with eagle3.Context(target, n_ctx=64, n_seq_max=PER_CALL) as tctx, \
             eagle3.Context(draft, other=tctx) as dctx, \
             eagle3.Eagle3Session(tctx, dctx, n_seq=PER_CALL, n_draft_max=3) as session:
-        speculative = sample(session.generate_batch, first_seed=0)
+        speculative = sample(lambda *args, **kwargs: session.generate_batch(*args, verify="match", **kwargs),
+                             first_seed=0)
         stats = session.generation_stats
         plain = sample(tctx.generate_batch, first_seed=10**9)
     # the drafts took part: many were accepted, many rejected

@@ -333,9 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None,
                    help="sampling seed: with --verify match, the same seed gives the same tokens with or without "
                         "speculation")
-    p.add_argument("--verify", choices=["match", "rejection"], default="match",
-                   help="at temperature > 0: keep drafts that match the target's samples (match, default) or "
-                        "speculative sampling, which keeps more (rejection); both follow the target's distribution")
+    p.add_argument("--verify", choices=["match", "rejection"], default="rejection",
+                   help="at temperature > 0: speculative sampling, which keeps more drafts (rejection, default), or "
+                        "keep drafts that match the target's own samples, so that a seed gives plain sampling's "
+                        "tokens (match); both follow the target's distribution")
     p.add_argument("--grammar", metavar="FILE", help="constrain the output to this GBNF grammar (rule root)")
     p.add_argument("--json-schema", metavar="SCHEMA", help="constrain the output to this JSON schema (a file, or "
                                                             "the JSON itself)")

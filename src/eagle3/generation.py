@@ -112,7 +112,7 @@ class Settings:
     presence_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     grammar: str | None = None
-    verify: str = "match"
+    verify: str = "rejection"
     logprobs: int = 0
     trace: bool = False
 
@@ -152,7 +152,7 @@ def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p:
              seed: Any = None, stop_tokens: Any = (), stop_strings: Any = (), n_draft_max: Any = None,
              typical_p: Any = 1.0, penalty_last_n: Any = 64, repeat_penalty: Any = 1.0, frequency_penalty: Any = 0.0,
              presence_penalty: Any = 0.0, logit_bias: Any = None, grammar: Any = None, json_schema: Any = None,
-             verify: Any = "match", logprobs: Any = 0, trace: Any = False) -> Settings:
+             verify: Any = "rejection", logprobs: Any = 0, trace: Any = False) -> Settings:
     # types here; the ranges are the engine's (e3_engine_start)
     max_new = as_int(max_new_tokens, "max_new_tokens")
     floats = {name: _number(value, name) for name, value in (

@@ -251,7 +251,7 @@ class _SpeculativeSession(Resource):
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0, penalty_last_n: int = 64,
                  logit_bias: dict[int, float] | None = None, grammar: str | None = None,
                  json_schema: dict | None = None, seed: int | None = None, stop_tokens=(), stop_strings=(),
-                 n_draft_max: int | str | None = None, verify: str = "match", logprobs: int = 0,
+                 n_draft_max: int | str | None = None, verify: str = "rejection", logprobs: int = 0,
                  trace: bool = False) -> Generation:
         """Generate up to ``max_new_tokens`` tokens after ``prompt`` (text or token ids) on sequence 0.
 
@@ -270,13 +270,14 @@ class _SpeculativeSession(Resource):
         forbids count as rejected.
 
         ``verify`` chooses how drafts are checked at temperature > 0 (greedy is
-        always exact): ``"match"`` keeps drafted tokens while they equal the
-        target's own samples, so a seed gives the same tokens with and without
-        speculation; ``"rejection"`` draws the drafts from the draft's own
-        distribution q (the same transforms, no penalties or grammar) and keeps
-        each with probability min(1, p/q), resampling a rejected position from
-        max(0, p - q): the tokens follow the target's distribution and more
-        drafts are kept, but a seed's tokens differ from plain sampling's.
+        always exact); both sample the target's own distribution.
+        ``"rejection"`` (the default: it keeps more drafts and is the faster,
+        bench/verification.py) draws the drafts from the draft's own
+        distribution q (the same transforms, without penalties or grammar) and
+        keeps each with probability min(1, p/q), resampling a rejected position
+        from max(0, p - q); a seed's tokens differ from plain sampling's.
+        ``"match"`` keeps drafted tokens while they equal the target's own
+        samples, so a seed gives the same tokens with and without speculation.
 
         ``logprobs=k`` fills :attr:`Generation.logprobs` and the ``k`` best
         alternatives; ``trace=True`` records every round (drafted tokens, the
