@@ -8,11 +8,13 @@ runs several sequences with one verify batch per round for all of them;
 ``context.generate(...)`` is plain decoding with the same sampler, for
 comparisons.
 
-Sampling is lossless: at temperature > 0 each position samples the target's
-own distribution (top-k, top-p and min-p on the raw distribution, then
-temperature) and drafted tokens are kept while they equal the samples. Each
-output token costs one random draw, so a seed gives the same tokens with or
-without speculation (up to float rounding between batched and single decodes).
+Sampling goes through llama.cpp's sampler chain (logit bias, penalties,
+grammar, top-k, typical-p, top-p, min-p, temperature) and is lossless either
+way drafts are verified: ``verify="rejection"`` (the default) keeps a drafted
+token with probability min(1, p/q) and resamples a rejected position from
+max(0, p - q); ``verify="match"`` keeps drafted tokens while they equal the
+target's own samples, one random draw per output token, so that a seed gives
+the same tokens with or without speculation.
 """
 
 from __future__ import annotations
