@@ -92,12 +92,14 @@ def _run(args: list[str], what: str, progress: bool) -> None:
     env.pop("NO_LOCAL_GGUF", None)  # use the pinned gguf-py next to the script
     if progress:
         print(f"eagle3 convert: {what} ...", file=sys.stderr, flush=True)
-    result = subprocess.run([sys.executable, str(script), *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE)
+    result = subprocess.run([sys.executable, str(script), *args], env=env, text=True, capture_output=True)
+    output = (result.stderr or "") + (result.stdout or "")
+    logger.debug("llama.cpp's converter on the %s:\n%s", what, output)
     if result.returncode != 0:
-        detail = (result.stderr or "")[-3000:] + (result.stdout or "")[-2000:]
+        # the converter's own last word (its exception), not its traceback
+        last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "")
         raise ConversionError(f"llama.cpp's converter failed on the {what} (exit code {result.returncode})"
-                              + (f":\n{detail}" if detail.strip() else "; see its output above"))
+                              + (f": {last}" if last else "") + " (its whole output: the eagle3 logger at DEBUG)")
 
 
 def convert(target: str | os.PathLike, draft: str | os.PathLike | None = None,
