@@ -68,7 +68,7 @@ def test_rejection_verification_samples_the_targets_distribution(soft, name, bat
 def test_the_comparison_would_see_a_small_bias(soft):
     """Power: the same samples with 3% of one position's tokens moved from the most frequent
     token to the next are told apart."""
-    tctx, session = soft
+    _, session = soft
     rejection = _samples(session.generate_batch, True, 0, verify="rejection", **SETTINGS["t1"])[:, 0]
     shifted = rejection.copy()
     first, second = np.argsort(np.bincount(rejection))[::-1][:2]

@@ -138,7 +138,7 @@ def test_json_schema_output_parses_and_follows_the_schema(shipped_session, sampl
 
 
 def test_a_gbnf_grammar_constrains_every_token(shipped_session):
-    tctx, session = shipped_session
+    _, session = shipped_session
     grammar = 'root ::= "x = " [0-9]+ ("," " "? [0-9]+)* "\\n"'
     g = session.generate("def f():\n    return", 40, grammar=grammar, temperature=0.9, seed=2)
     assert g.finish_reason == "stop"
@@ -150,7 +150,7 @@ def test_a_gbnf_grammar_constrains_every_token(shipped_session):
 @pytest.mark.parametrize("grammar, words", [("root ::= [a-", "grammar"), ("root ::= (", "grammar"),
                                              ('root ::= "a" undefined', "grammar"), ("x ::= \"a\"", "grammar")])
 def test_a_grammar_that_does_not_parse_is_refused(shipped_session, grammar, words):
-    tctx, session = shipped_session
+    _, session = shipped_session
     with pytest.raises(eagle3.InvalidArgumentError, match=words):
         session.generate("x", 4, grammar=grammar)
     assert session.generate("x", 4).tokens.size  # (nothing changed)
