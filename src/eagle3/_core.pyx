@@ -291,18 +291,22 @@ cdef bytes _fs_path(path):
 # Model
 # ---------------------------------------------------------------------------
 
+cdef str _shim_string(char * out, const e3_error * err):
+    """The text of a string the shim allocated (freed here); NULL raises the shim's error."""
+    if out == NULL:
+        _raise_shim(err)
+    try:
+        return out.decode("utf-8", "replace")
+    finally:
+        e3_free_string(out)
+
+
 def json_schema_to_grammar(str schema_json):
     """A GBNF grammar for a JSON schema (given as JSON text), by common/json-schema-to-grammar."""
     cdef e3_error err
     data = schema_json.encode("utf-8")
     _log_reset()
-    cdef char * out = e3_json_schema_to_grammar(data, &err)
-    if out == NULL:
-        _raise_shim(&err)
-    try:
-        return out.decode("utf-8")
-    finally:
-        e3_free_string(out)
+    return _shim_string(e3_json_schema_to_grammar(data, &err), &err)
 
 
 cdef class ModelHandle:
@@ -436,12 +440,7 @@ cdef class ModelHandle:
                                         content_ptrs, <int32_t> n, add_generation_prompt, &err)
         free(role_ptrs)
         free(content_ptrs)
-        if out == NULL:
-            _raise_shim(&err)
-        try:
-            return out.decode("utf-8", "replace")
-        finally:
-            e3_free_string(out)
+        return _shim_string(out, &err)
 
     def tokenize(self, str text, bint add_special, bint parse_special):
         cdef bytes data = text.encode("utf-8")
@@ -925,16 +924,10 @@ cdef class ContextHandle:
         cdef float * p = llama_get_logits_ith(self.ptr, i)
         if p == NULL:
             raise DecodeError(f"llama.cpp has no logits for entry {i}")
-        cdef int32_t j, best = 0
-        cdef int32_t nv = self.model.n_vocab
-        if not e3_logits_usable(p, nv):
+        cdef int32_t best = e3_logits_argmax(p, self.model.n_vocab)
+        if best < 0:
             raise DecodeError(f"the logits of entry {i} contain NaN or +inf (or are all -inf): the model's weights "
                               f"are corrupt or its activations overflow")
-        cdef float v = p[0]
-        for j in range(1, nv):
-            if p[j] > v:
-                v = p[j]
-                best = j
         return best
 
     cdef int logits_check(self, int32_t i) except -1:
@@ -1105,6 +1098,12 @@ cdef class EngineHandle:
             self.ptr = NULL
 
 
+# e3_logit_bias and e3_trace_round, as NumPy sees them
+_LOGIT_BIAS_DTYPE = np.dtype([("token", np.int32), ("bias", np.float32)], align=True)
+_TRACE_ROUND_DTYPE = np.dtype([("round", np.int32), ("n_drafted", np.int32), ("n_accepted", np.int32),
+                               ("t_draft_s", np.float64), ("t_verify_s", np.float64)], align=True)
+
+
 cdef class _Request:
     """An ``e3_request`` and the arrays its pointers point into, filled once from validated settings."""
     cdef e3_request req
@@ -1125,8 +1124,7 @@ cdef class _Request:
         arrays = [_as_int32_array(p, "prompt") for p in prompts]
         stops = _as_int32_array(list(s.stop_tokens), "stop_tokens") if s.stop_tokens else np.zeros(1, np.int32)
         encoded = [x.encode("utf-8") for x in s.stop_strings]
-        bias = np.zeros(max(len(s.logit_bias), 1), dtype=np.dtype([("token", np.int32), ("bias", np.float32)],
-                                                                    align=True))
+        bias = np.zeros(max(len(s.logit_bias), 1), dtype=_LOGIT_BIAS_DTYPE)
         for i, (token, value) in enumerate(s.logit_bias):
             bias[i] = (token, value)
         grammar = s.grammar.encode("utf-8") if s.grammar else None
@@ -1486,19 +1484,15 @@ cdef class Pair:
         """Request ``i``'s rounds, as recorded with ``trace=True``: a dict of NumPy arrays."""
         cdef int32_t n = e3_engine_trace(self.engine.ptr, i, NULL, NULL, NULL, 0)
         cdef int32_t width = max(self.n_draft_max, 1)
-        rounds = np.zeros(max(n, 1), dtype=np.dtype([("round", np.int32), ("n_drafted", np.int32),
-                                                     ("n_accepted", np.int32), ("t_draft_s", np.float64),
-                                                     ("t_verify_s", np.float64)], align=True))
+        rounds = np.zeros(max(n, 1), dtype=_TRACE_ROUND_DTYPE)
         drafted = np.full((max(n, 1), width), -1, np.int32)
         draft_p = np.full((max(n, 1), width), np.nan, np.float32)
         cdef e3_trace_round[::1] rv = rounds
         cdef int32_t[:, ::1] dv = drafted
         cdef float[:, ::1] pv = draft_p
         n = e3_engine_trace(self.engine.ptr, i, &rv[0], &dv[0, 0], &pv[0, 0], n)
-        return {"round": rounds["round"][:n].copy(), "n_drafted": rounds["n_drafted"][:n].copy(),
-                "n_accepted": rounds["n_accepted"][:n].copy(), "drafted": drafted[:n],
-                "draft_p": draft_p[:n], "t_draft_s": rounds["t_draft_s"][:n].copy(),
-                "t_verify_s": rounds["t_verify_s"][:n].copy()}
+        fields = {name: rounds[name][:n].copy() for name in rounds.dtype.names}
+        return {**fields, "drafted": drafted[:n], "draft_p": draft_p[:n]}
 
     def finish_reason(self, int32_t i):
         return FINISH_REASONS.get(e3_engine_finish(self.engine.ptr, i))

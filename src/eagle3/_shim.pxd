@@ -184,4 +184,4 @@ cdef extern from "eagle3_engine.h" nogil:
     void e3_engine_counters(const e3_engine * engine, int32_t i, e3_counters * out, const e3_histograms * hist)
     int32_t e3_engine_trace(const e3_engine * engine, int32_t i, e3_trace_round * rounds, int32_t * drafted,
                             float * draft_p, int32_t cap)
-    int e3_logits_usable(const float * logits, int32_t n)
+    int32_t e3_logits_argmax(const float * logits, int32_t n)

@@ -237,6 +237,9 @@ def _head_sizes(h: _Header) -> Iterator[str]:
     n_rot = k_len if n_rot is None else n_rot
     if h.arch in _K_IS_V and k_len != v_len:
         yield f"{h.arch}.attention.key_length = {k_len} but value_length = {v_len}; its graph needs them equal"
+    elif h.arch in ROPE_IS_WHOLE_HEAD and n_rot != k_len:
+        yield (f"{h.arch}.rope.dimension_count = {n_rot}, but {h.arch}'s graph rotates whole heads of "
+               f"{k_len} dimensions")
     elif h.arch in _ROPE_ARCHS and (n_rot > k_len or n_rot % 2):
         yield (f"{h.arch}.rope.dimension_count = {n_rot}: rope rotates pairs of dimensions of a head of "
                f"{k_len}, so it must be even and at most that")
@@ -302,6 +305,23 @@ def _f32_tensors(h: _Header) -> Iterator[str]:
             return
 
 
+def _d2t_type_fault(h: _Header) -> str | None:
+    d2t = h.tensors.get("d2t")
+    if d2t is not None and (d2t.type != "i64" or len(d2t.shape) != 1):
+        return f"d2t must be a 1-D int64 tensor, it is {d2t.type} {d2t.shape}"
+    return None
+
+
+def _d2t_range_fault(h: _Header, n_vocab: int | None) -> str | None:
+    """(For a d2t of the right type.) d2t's values outside the vocabulary: an out-of-bounds write."""
+    if "d2t" not in h.tensors or n_vocab is None:
+        return None
+    values = _read_tensor(h, "d2t", np.int64)
+    if values.size and (values.min() < 0 or values.max() >= n_vocab):
+        return f"d2t maps to token ids outside [0, {n_vocab})"
+    return None
+
+
 def _eagle3_draft(h: _Header) -> Iterator[str]:
     # what the eagle3 graph asserts, even for a draft used alone (without a target context)
     if h.arch != "eagle3":
@@ -309,31 +329,16 @@ def _eagle3_draft(h: _Header) -> Iterator[str]:
     blocks, nextn = _int(h.key("block_count")), _int(h.key("nextn_predict_layers")) or 0
     if blocks is not None and blocks - nextn != 1:
         yield f"an EAGLE-3 draft has exactly 1 block, this one has {blocks - nextn}"
-    d2t = h.tensors.get("d2t")
-    if d2t is not None and (d2t.type != "i64" or len(d2t.shape) != 1):
-        yield f"d2t must be a 1-D int64 tensor, it is {d2t.type} {d2t.shape}"
-    elif d2t is not None and h.n_vocab() is not None:
-        values = _read_tensor(h, "d2t", np.int64)
-        if values.size and (values.min() < 0 or values.max() >= h.n_vocab()):
-            yield f"d2t maps to token ids outside [0, {h.n_vocab()})"
+    fault = _d2t_type_fault(h) or _d2t_range_fault(h, h.n_vocab())
+    if fault:
+        yield fault
     embd = h.tensors.get("token_embd.weight")
     if embd is not None and len(embd.shape) == 2 and h.n_vocab() is not None and embd.shape[1] < h.n_vocab():
         yield f"token_embd.weight has {embd.shape[1]} rows, fewer than the {h.n_vocab()} tokens of the vocabulary"
 
 
-def _rope_dimensions(h: _Header) -> Iterator[str]:
-    n_rot = _int(h.key("rope.dimension_count"))
-    if h.arch not in ROPE_IS_WHOLE_HEAD or n_rot is None:
-        return
-    n_embd, n_head = _int(h.key("embedding_length")), _int(h.key("attention.head_count"))
-    head = _int(h.key("attention.key_length")) or (n_embd // n_head if n_embd and n_head else None)
-    if head is not None and n_rot != head:
-        yield (f"{h.arch}.rope.dimension_count = {n_rot}, but {h.arch}'s graph rotates whole heads of "
-               f"{head} dimensions")
-
-
-_LOAD_RULES = (_block_count, _norm_epsilons, _unique_tokens, _experts, _rope_scaling, _rope_dimensions, _heads,
-               _head_sizes, _sliding_window, _gating, _f32_tensors, _eagle3_draft)
+_LOAD_RULES = (_block_count, _norm_epsilons, _unique_tokens, _experts, _rope_scaling, _heads, _head_sizes,
+               _sliding_window, _gating, _f32_tensors, _eagle3_draft)
 
 
 def load_problems(path: str, metadata: dict[str, Any], types: dict[str, str], tensors: dict[str, Any]) -> list[str]:
@@ -560,18 +565,16 @@ def _d2t(p: _Pair) -> Iterator[Problem]:
         if p.output is not None and p.t_vocab is not None and p.output.shape[1] != p.t_vocab:
             yield Problem("output-rows", f"the draft's output.weight has {p.output.shape[1]} rows but no d2t map; "
                                          f"expected {p.t_vocab}")
-    elif d2t.type != "i64" or len(d2t.shape) != 1:
-        yield Problem("d2t-type", f"d2t must be a 1-D int64 tensor, it is {d2t.type} {d2t.shape}")
+    elif _d2t_type_fault(p.d):
+        yield Problem("d2t-type", _d2t_type_fault(p.d))
     elif p.output is None:
         yield Problem("d2t-without-output",
                       "the draft has a d2t map but no output head of its own; d2t maps the rows of the draft's own "
                       "output.weight")
     elif p.output.shape[1] != d2t.shape[0]:
         yield Problem("d2t-rows", f"d2t has {d2t.shape[0]} entries but output.weight has {p.output.shape[1]} rows")
-    elif p.t_vocab is not None:
-        values = _read_tensor(p.d, "d2t", np.int64)
-        if values.size and (values.min() < 0 or values.max() >= p.t_vocab):
-            yield Problem("d2t-range", f"d2t maps to token ids outside [0, {p.t_vocab})")
+    elif _d2t_range_fault(p.d, p.t_vocab):
+        yield Problem("d2t-range", _d2t_range_fault(p.d, p.t_vocab))
 
 
 def _draft_architecture(p: _Pair) -> Iterator[Problem]:

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from eagle3 import _core, _logging, compat, generation
+from eagle3 import _core, _logging, generation
 from eagle3._core import Batch
 from eagle3._lifetime import Resource
 from eagle3.compat import check_pair
@@ -54,13 +54,8 @@ def _threads(other: Context | None, n_threads, n_threads_batch) -> tuple[int, in
 def _check_model_fits(model: Model, ctx_type: str, other: Context | None) -> None:
     """Refuse a context llama.cpp would build a broken graph for (it aborts); warn about a
     model whose logits are not next-token predictions."""
-    header = compat._header(model)
-    reasons = [compat.unset_weights(header)]
-    if model.architecture != "eagle3":
-        reasons.append(compat.not_causal_lm(header))
-    for reason in reasons:
-        if reason:
-            _logging.logger.warning("Context over %s: %s", model.path, reason)
+    for reason in model._generation_warnings:
+        _logging.logger.warning("Context over %s: %s", model.path, reason)
     if ctx_type == "mtp" and (model.n_layer_nextn <= 0 or not model.load_mtp):
         raise ContextError(
             f"ctx_type='mtp' needs a model with NextN (MTP) layers loaded with load_mtp=True; {model.path} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -74,6 +75,16 @@ class Model(Resource):
         self.description: str = h.description()
 
     # -- metadata ----------------------------------------------------------
+
+    @functools.cached_property
+    def _generation_warnings(self) -> list[str]:
+        """Why this model's contexts would generate nothing of use (weights that read as
+        zeros, not a causal LM), read from the file once, for every context's warning."""
+        header = compat._header(self)
+        reasons = [compat.unset_weights(header)]
+        if self.architecture != "eagle3":
+            reasons.append(compat.not_causal_lm(header))
+        return [reason for reason in reasons if reason]
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -271,7 +271,8 @@ struct e3_engine {
             failed = fail(err, E3_ERR_DECODE, "the target returned no logits for batch row %d", (int) row);
             return -1;
         }
-        if (!e3_logits_usable(logits, n_vocab)) {
+        const int32_t best = e3_logits_argmax(logits, n_vocab);
+        if (best < 0) {
             // NaN or infinite weights (or activations that overflow) give rows with no
             // token to pick: greedy would return an arbitrary id as if it were the answer
             failed = fail(err, E3_ERR_DECODE, "the target's logits for sequence %d contain NaN or +inf (or are all "
@@ -281,7 +282,7 @@ struct e3_engine {
         e3::seq_sampler & smpl = *s.smpl;
         int32_t token;
         if (smpl.plain_greedy() && n_logprobs == 0) {
-            token = (int32_t) (std::max_element(logits, logits + n_vocab) - logits);
+            token = best;
         } else {
             const e3::distribution & p = smpl.target(logits);
             if (p.size == 0) {
@@ -397,14 +398,14 @@ struct e3_engine {
 // Starting a generation: check the request, reset the sequences, prefill
 // ---------------------------------------------------------------------------
 
-extern "C" int e3_logits_usable(const float * logits, int32_t n) {
+extern "C" int32_t e3_logits_argmax(const float * logits, int32_t n) {
     bool finite = true;
-    float max = -INFINITY;
+    int32_t best = 0;
     for (int32_t i = 0; i < n; ++i) {
         finite &= !std::isnan(logits[i]) && logits[i] != INFINITY;
-        max = std::max(max, logits[i]);
+        best = logits[i] > logits[best] ? i : best;
     }
-    return finite && max > -INFINITY;
+    return finite && n > 0 && logits[best] > -INFINITY ? best : -1;
 }
 
 extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, e3_cancel * cancel,
@@ -483,7 +484,7 @@ static int check_sampling(const e3_sampling & s, e3_error * err) {
     return E3_OK;
 }
 
-static int check_bias_and_grammar(const e3_engine * e, const e3_sampling & s, e3_error * err) {
+static int check_logit_bias(const e3_engine * e, const e3_sampling & s, e3_error * err) {
     for (int32_t i = 0; i < s.n_logit_bias; ++i) {
         const e3_logit_bias & b = s.logit_bias[i];
         if (b.token < 0 || b.token >= e->n_vocab) {
@@ -493,13 +494,6 @@ static int check_bias_and_grammar(const e3_engine * e, const e3_sampling & s, e3
         if (std::isnan(b.bias) || b.bias == INFINITY) {
             return fail(err, E3_ERR_ARG, "logit_bias of token %d must be a number or -inf (to ban it)", (int) b.token);
         }
-    }
-    if (s.grammar && s.grammar[0]) {
-        llama_sampler * grammar = llama_sampler_init_grammar(e->vocab, s.grammar, "root");
-        if (!grammar) {
-            return fail(err, E3_ERR_ARG, "the grammar does not parse");
-        }
-        llama_sampler_free(grammar);
     }
     return E3_OK;
 }
@@ -519,7 +513,7 @@ static int check_request(const e3_engine * e, const e3_request & r, e3_error * e
     if (int rc = check_sampling(r.sampling, err)) {
         return rc;
     }
-    if (int rc = check_bias_and_grammar(e, r.sampling, err)) {
+    if (int rc = check_logit_bias(e, r.sampling, err)) {
         return rc;
     }
     if (r.n_logprobs < 0 || r.n_logprobs > std::min(e->n_vocab, 1024) ||
@@ -570,7 +564,21 @@ static int check_request(const e3_engine * e, const e3_request & r, e3_error * e
 }
 
 // the generation's settings, the adaptive state, and a fresh start for each sequence
-static int setup(e3_engine * e, const e3_request & r, e3_error * err) {
+// each request's sampler chains; a grammar that does not parse fails here, before
+// anything of the engine's changes
+static int make_samplers(const e3_engine * e, const e3_request & r,
+                         std::vector<std::unique_ptr<e3::seq_sampler>> & out, e3_error * err) {
+    for (int32_t i = 0; i < r.n_seq; ++i) {
+        out.push_back(std::make_unique<e3::seq_sampler>());
+        if (int rc = out.back()->init(e->vocab, e->n_vocab, e->n_ctx_seq, r.sampling, r.prompts[i], r.n_prompt[i],
+                                      mix_seed(r.sampling.seed + (uint64_t) i), err)) {
+            return rc;
+        }
+    }
+    return E3_OK;
+}
+
+static void setup(e3_engine * e, const e3_request & r, std::vector<std::unique_ptr<e3::seq_sampler>> & samplers) {
     e->max_new = r.max_new;
     e->sampling = r.sampling;
     e->rejection = r.sampling.verify == E3_VERIFY_REJECTION && r.sampling.temperature > 0.0f;
@@ -609,18 +617,12 @@ static int setup(e3_engine * e, const e3_request & r, e3_error * err) {
         }
         s.cap = first_cap;
         s.tally = e3::tally(e->n_draft_spec);
-        s.smpl = std::make_unique<e3::seq_sampler>();
-        if (int rc = s.smpl->init(e->vocab, e->n_vocab, e->n_ctx_seq, r.sampling, r.prompts[i], r.n_prompt[i],
-                                  mix_seed(r.sampling.seed + (uint64_t) i), err)) {
-            e->seqs.clear();
-            return rc;
-        }
+        s.smpl = std::move(samplers[i]);
         llama_memory_seq_rm(mem, s.seq_id, -1, -1);
         if (e->spec) {
             e3_spec_reset_seq(e->spec, s.seq_id);  // the draft side of a sequence starts over with it
         }
     }
-    return E3_OK;
 }
 
 // chunks of n_batch over all prompts; each first token is sampled from the
@@ -686,9 +688,11 @@ extern "C" int e3_engine_start(e3_engine * e, const e3_request * r, e3_error * e
         if (int rc = check_request(e, *r, err)) {
             return rc;  // refused: the engine and the contexts are as they were
         }
-        if (int rc = setup(e, *r, err)) {
+        std::vector<std::unique_ptr<e3::seq_sampler>> samplers;
+        if (int rc = make_samplers(e, *r, samplers, err)) {
             return rc;
         }
+        setup(e, *r, samplers);
         const int rc = prefill(e, *r, err);
         if (rc == E3_CANCELLED) {
             e->cancel_all();

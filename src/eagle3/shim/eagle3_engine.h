@@ -135,9 +135,9 @@ void e3_engine_counters(const e3_engine * engine, int32_t i, e3_counters * out, 
 int32_t e3_engine_trace(const e3_engine * engine, int32_t i, e3_trace_round * rounds, int32_t * drafted,
                         float * draft_p, int32_t cap);
 
-/* Whether a row of n logits has a token to pick: no NaN, no +inf, not all -inf
- * (a model with NaN or infinite weights gives rows without one). */
-int e3_logits_usable(const float * logits, int32_t n);
+/* The first largest of a row of n logits, or -1 when the row has no token to pick:
+ * a NaN, a +inf, or nothing but -inf (what NaN or infinite weights give). One pass. */
+int32_t e3_logits_argmax(const float * logits, int32_t n);
 
 #ifdef __cplusplus
 }

@@ -190,7 +190,7 @@ void seq_sampler::accept(int32_t token) {
 }
 
 int32_t seq_sampler::draft_pick(const float * logits, distribution & q, float * p) {
-    if (!logits || !e3_logits_usable(logits, n_vocab_)) {
+    if (!logits || e3_logits_argmax(logits, n_vocab_) < 0) {
         *p = -1.0f;  // (below any p_min: the draft stops here)
         return 0;
     }
