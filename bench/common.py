@@ -17,14 +17,15 @@ BUILD = Path(__file__).resolve().parent / ".build"
 REPO = BUILD.parent.parent
 
 
-def build_stock(*targets: str) -> Path:
+def build_stock(*targets: str, rpc: bool = False) -> Path:
     """llama.cpp tools built from the tree eagle3 was built from, with llama.cpp's
-    own default options (not eagle3's): what a user would otherwise run.
+    own default options (not eagle3's): what a user would otherwise run; ``rpc``
+    adds its RPC backend (GGML_RPC=ON, in a build folder of its own).
     Rebuilt only where something changed; returns the folder of the binaries."""
-    build_dir = BUILD / "llama.cpp-stock"
+    build_dir = BUILD / ("llama.cpp-stock-rpc" if rpc else "llama.cpp-stock")
     cmd = [sys.executable, str(REPO / "build_support" / "llama_cpp.py"), "build", "--stock",
            "--source", _build_config.LLAMA_CPP_SOURCE, "--build-dir", str(build_dir),
-           "--out-dir", str(build_dir / "lib")]
+           "--out-dir", str(build_dir / "lib"), "--rpc", "true" if rpc else "false"]
     for target in targets:
         cmd += ["--target", target]
     subprocess.run(cmd, check=True)

@@ -7,7 +7,7 @@ Meson runs this script in two ways:
     llama.cpp; subprojects/llama.cpp.wrap names it) is in DEST, verified by
     sha256. pip downloads it, so pip's own configuration decides where from.
 
-``facts``
+``facts [--rpc true|false]``
     Print the pinned facts meson needs, one ``name=value`` per line: the
     sdist's folder, the upstream commit, and the static libraries to link.
 
@@ -58,9 +58,15 @@ LIBRARIES = (
     "libcpp-httplib.a",
     "libllama.a",
     "libggml.a",
+    "libggml-rpc.a",
     "libggml-cpu.a",
     "libggml-base.a",
 )
+RPC_LIBRARY = "libggml-rpc.a"
+
+
+def libraries(rpc: bool) -> tuple[str, ...]:
+    return tuple(lib for lib in LIBRARIES if rpc or lib != RPC_LIBRARY)
 
 
 def _sha256(path: Path) -> str:
@@ -112,7 +118,8 @@ def fetch(dest: Path) -> None:
 
 
 def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, examples: bool = False,
-                amx: bool = False, llamafile: bool = True, batch_invariant: bool = True) -> list[str]:
+                amx: bool = False, llamafile: bool = True, batch_invariant: bool = True,
+                rpc: bool = True) -> list[str]:
     off = "OFF"
     flags = []
     if native and not amx and platform.machine().lower() in ("x86_64", "amd64"):
@@ -150,6 +157,10 @@ def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, exam
         f"-DGGML_LLAMAFILE={'ON' if llamafile else off}",
         # llama.cpp's default, stated: a build dir configured otherwise is set back
         "-DGGML_OPENMP=ON",
+        # the RPC backend (remote devices), over TCP only: RDMA would tie the
+        # extension to whatever libibverbs the build machine happens to have
+        f"-DGGML_RPC={'ON' if rpc else off}",
+        f"-DGGML_RPC_RDMA={off}",
     ]
 
 
@@ -172,7 +183,7 @@ def _build_env(source: Path, build_dir: Path) -> dict[str, str]:
 
 def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool, build_type: str,
           jobs: int, targets: tuple[str, ...] = ("llama-common",), examples: bool = False, amx: bool = False,
-          llamafile: bool = True, batch_invariant: bool = True, stock: bool = False) -> None:
+          llamafile: bool = True, batch_invariant: bool = True, stock: bool = False, rpc: bool | None = None) -> None:
     source = source.resolve()  # a symlinked tree sends CMake's ninja into a regeneration loop
     if not (source / "common" / "speculative.h").exists():
         sys.exit(f"eagle3: {source} is not a llama.cpp tree with common/speculative.h")
@@ -180,10 +191,12 @@ def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool
     out_dir.mkdir(parents=True, exist_ok=True)
     env = _build_env(source, build_dir)
 
-    if stock:
-        args = _stock_cmake_args(build_type)
+    if stock:  # (with rpc: the one option a user must turn on to have llama.cpp's RPC tools at all)
+        args = _stock_cmake_args(build_type) + (["-DGGML_RPC=ON"] if rpc else [])
     else:
-        args = _cmake_args(source, out_dir.resolve(), native, build_type, examples, amx, llamafile, batch_invariant)
+        rpc = rpc is None or rpc
+        args = _cmake_args(source, out_dir.resolve(), native, build_type, examples, amx, llamafile, batch_invariant,
+                           rpc)
     stamp = build_dir / "eagle3-configure.json"
     wanted = json.dumps({"source": str(source), "args": args})
     if not (build_dir / "CMakeCache.txt").exists() or not stamp.exists() or stamp.read_text() != wanted:
@@ -196,7 +209,7 @@ def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool
 
     if stock:
         return
-    missing = [lib for lib in LIBRARIES if not (out_dir / lib).exists()]
+    missing = [lib for lib in libraries(rpc) if not (out_dir / lib).exists()]
     if missing:
         sys.exit(f"eagle3: the llama.cpp build did not produce {', '.join(missing)} in {out_dir}")
 
@@ -207,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
 
     p_fetch = sub.add_parser("fetch", help="put the pinned llama.cpp source archive into DEST")
     p_fetch.add_argument("dest", type=Path)
-    sub.add_parser("facts", help="print the pinned source's folder, commit and libraries for meson")
+    p_facts = sub.add_parser("facts", help="print the pinned source's folder, commit and libraries for meson")
+    p_facts.add_argument("--rpc", choices=("true", "false"), default="true")
 
     p_build = sub.add_parser("build", help="build llama.cpp's static libraries")
     p_build.add_argument("--cmake", default="cmake")
@@ -218,6 +232,8 @@ def main(argv: list[str] | None = None) -> None:
     p_build.add_argument("--amx", choices=("true", "false"), default="false")
     p_build.add_argument("--llamafile", choices=("true", "false"), default="true")
     p_build.add_argument("--batch-invariant", choices=("true", "false"), default="true")
+    p_build.add_argument("--rpc", choices=("true", "false"), default=None,
+                         help="llama.cpp's RPC backend (default: on, off for --stock)")
     p_build.add_argument("--build-type", default="Release")
     p_build.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p_build.add_argument("--target", action="append", dest="targets",
@@ -230,11 +246,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "fetch":
         fetch(args.dest)
     elif args.command == "facts":
-        print(f"directory={SDIST_DIRECTORY}\ncommit={PINNED_COMMIT}\nlibraries={','.join(LIBRARIES)}")
+        print(f"directory={SDIST_DIRECTORY}\ncommit={PINNED_COMMIT}\n"
+              f"libraries={','.join(libraries(args.rpc == 'true'))}")
     else:
         build(args.cmake, args.source, args.build_dir, args.out_dir, args.native == "true", args.build_type,
               args.jobs, tuple(args.targets or ("llama-common",)), args.examples, args.amx == "true",
-              args.llamafile == "true", args.batch_invariant == "true", args.stock)
+              args.llamafile == "true", args.batch_invariant == "true", args.stock,
+              None if args.rpc is None else args.rpc == "true")
 
 
 if __name__ == "__main__":
