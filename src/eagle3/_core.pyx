@@ -35,6 +35,7 @@ from eagle3.errors import (
     InvalidIndexError,
     ModelLoadError,
     ProcessError,
+    RemoteError,
     SessionInitError,
     SessionStateError,
 )
@@ -309,6 +310,59 @@ def json_schema_to_grammar(str schema_json):
     return _shim_string(e3_json_schema_to_grammar(data, &err), &err)
 
 
+# ---------------------------------------------------------------------------
+# Remote devices (llama.cpp's RPC backend)
+# ---------------------------------------------------------------------------
+
+RPC_AVAILABLE = bool(e3_rpc_available())
+MAX_DEVICES = llama_max_devices()
+
+
+def rpc_serve(str endpoint, cache_dir, int32_t n_threads):
+    """Serve this machine's CPU to RPC clients at ``endpoint`` until ``rpc_stop()``."""
+    cdef bytes ep = endpoint.encode()
+    cdef bytes cache = _fs_path(cache_dir) if cache_dir is not None else None
+    cdef const char * cep = ep
+    cdef const char * ccache = NULL
+    if cache is not None:
+        ccache = cache
+    cdef e3_error err
+    cdef int rc
+    with nogil:
+        rc = e3_rpc_serve(cep, ccache, n_threads, &err)
+    _check(rc, &err)
+
+
+def rpc_stop():
+    """Make ``rpc_serve()`` return (from any thread)."""
+    e3_rpc_stop()
+
+
+cdef object _remote_failure(tuple endpoints):
+    """(endpoint, message) of the first failed connection among ``endpoints``, or None."""
+    cdef e3_error err
+    for ep in endpoints:
+        if e3_rpc_failed(ep, &err):
+            return ep.decode(), err.message.decode("utf-8", "replace")
+    return None
+
+
+cdef int _check_remote(ContextHandle ctx) except -1:
+    """Raise RemoteError when a server that ``ctx``'s model (or its pair's) uses has failed."""
+    cdef ModelHandle model
+    for c in (ctx, ctx.other):
+        if c is None:
+            continue
+        model = (<ContextHandle> c).model
+        if model.endpoints:
+            with nogil:
+                llama_synchronize((<ContextHandle> c).ptr)  # its answers are in: a failure is known
+            failed = _remote_failure(model.endpoints)
+            if failed is not None:
+                raise RemoteError(failed[0], failed[1])
+    return 0
+
+
 cdef class ModelHandle:
     """Owns a ``llama_model``."""
 
@@ -316,12 +370,39 @@ cdef class ModelHandle:
     cdef const llama_vocab * vocab
     cdef readonly int32_t n_vocab
     cdef readonly bint has_vocab
+    cdef readonly tuple endpoints            # the RPC servers (bytes "host:port") its layers may be on
     cdef object __weakref__
 
     def __cinit__(self, path, int n_gpu_layers=0, bint load_mtp=False, bint vocab_only=False,
-                  bint check_tensors=False, use_mmap=None, bint use_mlock=False):
+                  bint check_tensors=False, use_mmap=None, bint use_mlock=False, tuple rpc_servers=(),
+                  tensor_split=None):
         cdef bytes bpath = _fs_path(path)
         cdef llama_model_params params = llama_model_default_params()
+        self.endpoints = tuple(ep.encode() for ep in rpc_servers)
+        cdef ggml_backend_dev_t devices[65]
+        cdef float split[64]
+        cdef int32_t n_dev = 0, got
+        cdef e3_error err
+        cdef const char * cep
+        cdef int32_t room
+        for ep in self.endpoints:
+            cep = ep
+            room = <int32_t> MAX_DEVICES - n_dev
+            with nogil:
+                got = e3_rpc_devices(cep, &devices[n_dev], room, &err)
+            if got < 0:
+                raise ModelLoadError(f"{path!s}: {err.message.decode('utf-8', 'replace')}")
+            n_dev += got
+        devices[n_dev] = NULL
+        if self.endpoints:
+            params.devices = devices
+        if tensor_split is not None:
+            if len(tensor_split) != n_dev:
+                raise InvalidArgumentError(f"tensor_split has {len(tensor_split)} shares; the RPC servers have "
+                                           f"{n_dev} devices (one share each, in order)")
+            for i in range(MAX_DEVICES):
+                split[i] = tensor_split[i] if i < n_dev else 0.0
+            params.tensor_split = split
         params.n_gpu_layers = n_gpu_layers
         params.load_mtp = load_mtp
         params.vocab_only = vocab_only
@@ -337,6 +418,12 @@ cdef class ModelHandle:
         _log_reset()
         with nogil:
             m = llama_model_load_from_file(cpath, params)
+        failed = _remote_failure(self.endpoints)
+        if failed is not None:  # (llama.cpp loaded what it could not send, or gave up)
+            if m != NULL:
+                with nogil:
+                    llama_model_free(m)
+            raise ModelLoadError(f"{path!s}: {failed[1]}")
         if m == NULL:
             raise ModelLoadError(_with_log(f"{path!s}: llama.cpp could not load it"))
         self.ptr = m
@@ -348,6 +435,23 @@ cdef class ModelHandle:
         if self.ptr != NULL:
             llama_model_free(self.ptr)
             self.ptr = NULL
+
+    def layer_devices(self):
+        """[(layer, device name, description)] for each layer llama.cpp placed (-1: the output layer)."""
+        cdef const char * name
+        cdef const char * desc
+        placed = []
+        for il in range(-1, llama_model_n_layer(self.ptr)):
+            if e3_model_layer_device(self.ptr, il, &name, &desc) == 0:
+                placed.append((il, name.decode(), desc.decode()))
+        return placed
+
+    def device_bytes(self):
+        """{device name: bytes of weights on it}."""
+        cdef const char * names[64]
+        cdef uint64_t sizes[64]
+        cdef int32_t n = min(e3_model_device_bytes(self.ptr, names, sizes, 64), 64)
+        return {names[i].decode(): sizes[i] for i in range(n)}
 
     @property
     def n_layer(self):
@@ -766,11 +870,15 @@ cdef class ContextHandle:
         _log_reset()
         with nogil:
             c = llama_init_from_model(model.ptr, p)
-        if c == NULL:
-            raise ContextError(_with_log("llama.cpp could not create the context"))
         self.ptr = c
         self.model = model
         self.other = other
+        if model.endpoints:  # (its compute buffers are on the servers too)
+            failed = _remote_failure(model.endpoints)
+            if failed is not None:
+                raise RemoteError(failed[0], failed[1])
+        if c == NULL:
+            raise ContextError(_with_log("llama.cpp could not create the context"))
         self.is_mtp = mtp
         self.n_ctx = llama_n_ctx(c)
         self.n_batch = llama_n_batch(c)
@@ -864,20 +972,32 @@ cdef class ContextHandle:
             if batch._out[i]:
                 llama_batch_ext_set_output_logits(self.bext, idx, True)
 
-        cdef int32_t rc
+        cdef int32_t rc = 0
+        cdef e3_error err
+        cdef int status
         _log_reset()
         e3_cancel_set(self.cancel, 0)  # a cancel is for what runs: not this decode
         cdef _SigintWatch watch = _SigintWatch().start(self.cancel)
         with nogil:
-            rc = llama_process(self.ptr, LLAMA_PROCESS_TYPE_DECODE, self.bext)
+            status = e3_decode(self.ptr, self.bext, &rc, &err)
         watch.stop()
+        if status != 0:
+            rc = -3  # (llama.cpp threw: its message says why)
         if n_out > self.out_capacity:
             self.out_capacity = n_out
+        if self.model.endpoints:
+            try:
+                _check_remote(self)
+            except RemoteError:
+                self.outputs_lost(False)
+                raise
         if rc != 0:
             self.outputs_lost(False)
             PyErr_CheckSignals()  # Ctrl-C stopped it: KeyboardInterrupt, not a DecodeError
             reason = {1: "no KV cache slot for the batch (the context is full; clear or seq_rm first)",
                       2: "aborted", -1: "invalid batch"}.get(rc, "computation failed")
+            if status != 0:
+                reason = err.message.decode("utf-8", "replace")
             raise DecodeError(_with_log(f"llama_decode returned {rc}: {reason}"))
         self.serial += 1
         self.last_batch = batch
@@ -1247,10 +1367,17 @@ cdef class Pair:
 
     # -- the step-by-step loop ----------------------------------------------
 
+    cdef int _check_remote(self) except -1:
+        _check_remote(self.target_ctx)
+        if self.draft_ctx is not None:
+            _check_remote(self.draft_ctx)
+        return 0
+
     cdef int _spec_done(self, int rc, const e3_error * err) except -1:
         # every session call may decode on the draft context: its logits are gone
         self.draft_ctx.outputs_lost(False)
         self.has_draft_logits = False
+        _check_remote(self.draft_ctx)  # (a dead server explains a failure best, and may have caused none)
         return _check(rc, err)
 
     cdef int _ready_for_draft_side(self) except -1:
@@ -1431,6 +1558,7 @@ cdef class Pair:
         self.n_generations += 1
         self._engine_used()
         PyErr_CheckSignals()
+        self._check_remote()
         _check(rc, &err)
         return self.n_generations
 
@@ -1453,6 +1581,7 @@ cdef class Pair:
                 with nogil:
                     rc = e3_engine_step(self.engine.ptr, &err)
                 PyErr_CheckSignals()
+                self._check_remote()
                 if not until_done:
                     break
         finally:

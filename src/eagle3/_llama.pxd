@@ -14,6 +14,8 @@ cdef extern from "llama.h" nogil:
     cdef struct llama_memory_i
     ctypedef llama_memory_i * llama_memory_t
     cdef struct llama_batch_ext
+    cdef struct ggml_backend_device
+    ctypedef ggml_backend_device * ggml_backend_dev_t
 
     ctypedef bint (*llama_progress_callback)(float progress, void * user_data) noexcept
 
@@ -36,11 +38,9 @@ cdef extern from "llama.h" nogil:
         LLAMA_LOAD_MODE_MLOCK
         LLAMA_LOAD_MODE_MMAP_MLOCK
 
-    enum llama_process_type:
-        LLAMA_PROCESS_TYPE_ENCODE
-        LLAMA_PROCESS_TYPE_DECODE
-
     cdef struct llama_model_params:
+        ggml_backend_dev_t * devices  # NULL-terminated; NULL: every device llama.cpp knows
+        const float * tensor_split    # llama_max_devices() shares, one per device
         int32_t n_gpu_layers
         int load_mode  # enum llama_load_mode
         llama_progress_callback progress_callback
@@ -77,6 +77,8 @@ cdef extern from "llama.h" nogil:
                                   const llama_model_quantize_params * params)
 
     void llama_backend_init()
+    size_t llama_max_devices()
+    void llama_synchronize(llama_context * ctx)
 
     llama_model * llama_model_load_from_file(const char * path_model, llama_model_params params)
     void llama_model_free(llama_model * model)
@@ -123,7 +125,6 @@ cdef extern from "llama.h" nogil:
     bint llama_batch_ext_add_seq(llama_batch_ext * batch, int32_t idx, llama_seq_id seq_id)
     bint llama_batch_ext_set_output_logits(llama_batch_ext * batch, int32_t idx, bint value)
     bint llama_batch_ext_set_pos(llama_batch_ext * batch, int32_t idx, const llama_pos * pos)
-    int32_t llama_process(llama_context * ctx, llama_process_type type, llama_batch_ext * batch)
 
     float * llama_get_logits_ith(llama_context * ctx, int32_t i)
 

@@ -2,7 +2,7 @@
 # over common/speculative.h and the generation loop.
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
-from eagle3._llama cimport llama_context, llama_model, llama_vocab
+from eagle3._llama cimport ggml_backend_dev_t, llama_batch_ext, llama_context, llama_model, llama_vocab
 
 
 cdef extern from "eagle3_shim.h" nogil:
@@ -185,3 +185,14 @@ cdef extern from "eagle3_engine.h" nogil:
     int32_t e3_engine_trace(const e3_engine * engine, int32_t i, e3_trace_round * rounds, int32_t * drafted,
                             float * draft_p, int32_t cap)
     int32_t e3_logits_argmax(const float * logits, int32_t n)
+
+
+cdef extern from "eagle3_shim.h" nogil:
+    int e3_decode(llama_context * ctx, llama_batch_ext * batch, int32_t * rc, e3_error * err)
+    int e3_rpc_available()
+    int32_t e3_rpc_devices(const char * endpoint, ggml_backend_dev_t * out, int32_t cap, e3_error * err)
+    int e3_rpc_failed(const char * endpoint, e3_error * err)
+    int e3_rpc_serve(const char * endpoint, const char * cache_dir, int32_t n_threads, e3_error * err)
+    void e3_rpc_stop()
+    int e3_model_layer_device(const llama_model * model, int32_t il, const char ** name, const char ** description)
+    int32_t e3_model_device_bytes(const llama_model * model, const char ** names, uint64_t * bytes, int32_t cap)

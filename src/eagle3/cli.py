@@ -6,6 +6,8 @@
     eagle3 check TARGET.gguf DRAFT.gguf           # does the draft fit the target?
     eagle3 convert HF_TARGET HF_DRAFT -o OUT      # Hugging Face checkpoints to GGUF
     eagle3 info MODEL.gguf                        # a model's metadata
+    eagle3 rpc-server --port 50052                # serve this CPU to other machines' models
+    eagle3 generate "..." --rpc HOST:50052        # the target's layers on that server
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from eagle3 import _build_config, _core, shipped
+from eagle3 import _build_config, _core, remote, shipped
 from eagle3.compat import check_pair
 from eagle3.errors import Eagle3Error, ModelLoadError
 
@@ -85,7 +87,9 @@ class _Loaded:
 
         target_path, draft_path = _pair(args)
         _progress(f"loading {target_path} and {draft_path}")
-        self.target_model = eagle3.Model(target_path)
+        # --rpc splits the target; the draft, small and run once per drafted
+        # token, stays here (a round trip per token would cost more than it saves)
+        self.target_model = eagle3.Model(target_path, args.n_gpu_layers, rpc_servers=args.rpc)
         self.draft_model = eagle3.Model(draft_path)
         self.target = eagle3.Context(self.target_model, n_ctx=args.n_ctx, n_threads=args.threads)
         self.draft = eagle3.Context(self.draft_model, other=self.target)
@@ -300,12 +304,29 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rpc_servers(value: str) -> tuple[str, ...]:
+    try:
+        return remote.endpoints([v.strip() for v in value.split(",") if v.strip()])
+    except Eagle3Error as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="target model GGUF (default: the shipped pair)")
     p.add_argument("--draft", help="its EAGLE-3 draft GGUF")
     p.add_argument("--n-ctx", type=_positive, default=2048, help="context size (default 2048)")
     p.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads of every context (default: all usable)")
+    p.add_argument("--rpc", type=_rpc_servers, default=(), metavar="HOST:PORT,...",
+                   help="split the target's layers across these RPC servers (eagle3 rpc-server); the draft stays "
+                        "here")
+    p.add_argument("--n-gpu-layers", type=int, default=None, metavar="N",
+                   help="with --rpc: how many of the target's last layers go to the servers (default: all)")
+
+
+def cmd_rpc_server(args: argparse.Namespace) -> int:
+    remote.serve(args.host, args.port, threads=args.threads, cache_dir=args.cache, allow_remote=args.allow_remote)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -390,6 +411,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensors", action="store_true", help="also list the tensors")
     p.add_argument("--json", action="store_true", help="print everything as JSON")
     p.set_defaults(run=cmd_info)
+
+    p = sub.add_parser("rpc-server", help="serve this machine's CPU to models on other machines (llama.cpp RPC)",
+                       description="Run llama.cpp's RPC server in the foreground until Ctrl-C. A model loaded "
+                                   "with rpc_servers=['HOST:PORT'] (or eagle3 generate --rpc HOST:PORT) puts its "
+                                   "layers here. The protocol has no authentication: keep it on loopback or a "
+                                   "trusted network.")
+    p.add_argument("--host", default="127.0.0.1", help="IPv4 address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=_positive, default=remote.DEFAULT_PORT,
+                   help=f"port (default {remote.DEFAULT_PORT})")
+    p.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: all usable)")
+    p.add_argument("--cache", metavar="DIR", help="keep the weights clients send here, so that loading the same "
+                                                   "model again sends less")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a --host other than loopback (anyone who reaches the port can use this machine)")
+    p.set_defaults(run=cmd_rpc_server)
     return parser
 
 

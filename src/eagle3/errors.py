@@ -18,6 +18,7 @@ __all__ = [
     "ModelLoadError",
     "ContextError",
     "DecodeError",
+    "RemoteError",
     "BatchError",
     "InvalidArgumentError",
     "ArgumentTypeError",
@@ -97,6 +98,17 @@ class ContextError(Eagle3Error):
 
 class DecodeError(Eagle3Error):
     """A batch could not be decoded (bad batch, no KV slot, or a failed computation)."""
+
+
+class RemoteError(DecodeError):
+    """An RPC server the model's layers are on died, closed the connection or answered
+    garbage. ``endpoint`` says which. The models that use the server are lost (their
+    weights there went with it): close them, and load them again once it runs."""
+
+    def __init__(self, endpoint: str, reason: str):
+        self.endpoint = endpoint
+        self.reason = reason
+        super().__init__(reason if endpoint in reason else f"RPC server {endpoint}: {reason}")
 
 
 class InvalidArgumentError(Eagle3Error, ValueError):

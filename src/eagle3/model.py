@@ -3,24 +3,46 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from eagle3 import _core, compat
+from eagle3 import _core, compat, remote
 from eagle3._lifetime import Resource
 from eagle3._validate import as_int
 from eagle3.errors import ArgumentTypeError, InvalidArgumentError, ModelLoadError
 
 
+class Device(NamedTuple):
+    """Where a part of a model is (:attr:`Model.devices`)."""
+
+    name: str                 # ggml's device name: "CPU", "RPC0", ...
+    endpoint: str | None      # the RPC server ("host:port") it is on; None: this machine
+    layers: tuple[int, ...]   # the repeating layers it holds
+    output: bool              # it holds the output layer (and computes the logits)
+    weight_bytes: int         # bytes of weights it holds
+
+
 class Model(Resource):
     """A llama.cpp model loaded from a GGUF file.
 
-    ``Model(path, n_gpu_layers=0, load_mtp=None)``. ``load_mtp`` loads the
+    ``Model(path, n_gpu_layers=None, load_mtp=None)``. ``load_mtp`` loads the
     NextN (MTP) heads a model may carry; ``None`` loads them when the file has
     any. Close it (or use ``with``) to free it; closing a model first closes
     every context created over it.
+
+    ``rpc_servers=["host:port", ...]`` puts layers on remote machines that run
+    ``eagle3 rpc-server`` (llama.cpp's RPC backend): the last ``n_gpu_layers``
+    layers, the output layer counted as the last (default: all), are split
+    across the servers' devices in the shares ``tensor_split`` gives (one per
+    device, in order; default: by their free memory), the rest stay on this
+    CPU.
+    :attr:`devices` says where each part went. An unreachable server is a
+    :class:`ModelLoadError`; one that fails later is a
+    :class:`~eagle3.RemoteError` from the call that met it, after which the
+    model can only be closed.
 
     ``use_mmap`` (default: llama.cpp's choice, which maps the file on a CPU)
     maps the file instead of reading it: loading is quick and the pages are
@@ -33,15 +55,19 @@ class Model(Resource):
 
     _kind = "model"
 
-    def __init__(self, path: str | os.PathLike, n_gpu_layers: int = 0, *, load_mtp: bool | None = None,
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: int | None = None, *, load_mtp: bool | None = None,
                  vocab_only: bool = False, check_tensors: bool = False, use_mmap: bool | None = None,
-                 use_mlock: bool = False) -> None:
+                 use_mlock: bool = False, rpc_servers=(), tensor_split=None) -> None:
         super().__init__()
         try:
             self.path = os.fspath(path)
         except TypeError:
             raise ArgumentTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+        self.rpc_servers: tuple[str, ...] = remote.endpoints(rpc_servers)
+        if n_gpu_layers is None:
+            n_gpu_layers = -1 if self.rpc_servers else 0  # (llama.cpp: negative is every layer)
         n_gpu_layers = as_int(n_gpu_layers, "n_gpu_layers")
+        tensor_split = _shares(tensor_split)
         if not os.path.exists(self.path):
             raise ModelLoadError(f"{self.path}: no such file")
         if os.path.isdir(self.path):
@@ -59,7 +85,7 @@ class Model(Resource):
             if value is not None and not isinstance(value, bool):
                 raise ArgumentTypeError(f"{name} must be a bool, got {type(value).__name__}")
         self._handle = h = _core.ModelHandle(self.path, n_gpu_layers, self.load_mtp, vocab_only, check_tensors,
-                                             use_mmap, use_mlock)
+                                             use_mmap, use_mlock, self.rpc_servers, tensor_split)
         self.n_vocab: int = h.n_vocab
         self.n_layer: int = h.n_layer
         self.n_layer_nextn: int = h.n_layer_nextn
@@ -73,6 +99,25 @@ class Model(Resource):
         self.n_params: int = h.n_params
         self.size: int = h.size
         self.description: str = h.description()
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        """Where llama.cpp put the model: one :class:`Device` per device that holds a
+        part of it, this machine's CPU first (the token embeddings are always there)."""
+        h = self._live()
+        endpoints: dict[str, str | None] = {"CPU": None}
+        layers: dict[str, list[int]] = {"CPU": []}
+        output = None
+        for il, name, description in h.layer_devices():
+            endpoints.setdefault(name, description if name.startswith("RPC") else None)
+            if il < 0:
+                output = name
+            else:
+                layers.setdefault(name, []).append(il)
+        sizes = h.device_bytes()
+        names = list(dict.fromkeys(["CPU", *layers, *sizes]))
+        return tuple(Device(name, endpoints.get(name), tuple(layers.get(name, ())), name == output,
+                            int(sizes.get(name, 0))) for name in names)
 
     # -- metadata ----------------------------------------------------------
 
@@ -178,3 +223,16 @@ class Model(Resource):
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"n_layer={self.n_layer}, n_embd={self.n_embd}, n_vocab={self.n_vocab}"
         return f"Model({self.path!r}, architecture={self.architecture!r}, {state})"
+
+
+def _shares(tensor_split) -> list[float] | None:
+    """``tensor_split`` checked: finite shares >= 0, not all 0."""
+    if tensor_split is None:
+        return None
+    try:
+        shares = [float(x) for x in tensor_split]
+    except (TypeError, ValueError):
+        raise ArgumentTypeError("tensor_split must be a sequence of numbers, one per remote device") from None
+    if not all(math.isfinite(x) and x >= 0 for x in shares) or not any(shares):
+        raise InvalidArgumentError(f"tensor_split must be finite shares >= 0, not all 0, got {shares}")
+    return shares

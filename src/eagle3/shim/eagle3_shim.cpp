@@ -375,6 +375,14 @@ extern "C" void e3_spec_get_info(const e3_spec * s, e3_spec_info * out) {
         return fail(err, E3_ERR_EXCEPTION, where ": unknown C++ exception"); \
     }
 
+extern "C" int e3_decode(llama_context * ctx, llama_batch_ext * batch, int32_t * rc, e3_error * err) {
+    try {
+        *rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch);
+        return E3_OK;
+    }
+    E3_GUARD("llama_decode")
+}
+
 extern "C" int e3_spec_begin(e3_spec * s, int32_t seq_id, const int32_t * prompt, int32_t n_prompt, e3_error * err) {
     if (!s) {
         return fail(err, E3_ERR_STATE, "the session is closed");

@@ -215,6 +215,41 @@ void e3_log_set(e3_log_callback cb, void * user_data);
 /* Threshold for common/ messages, as in common_log (-1 silent ... 5 debug). */
 void e3_log_set_common_verbosity(int verbosity);
 
+/* llama_process(ctx, DECODE, batch) with its C++ exceptions caught (a compute
+ * buffer that cannot be allocated is thrown): E3_OK with llama.cpp's return
+ * code in *rc, or E3_ERR_EXCEPTION with the message. */
+struct llama_batch_ext;
+int e3_decode(struct llama_context * ctx, struct llama_batch_ext * batch, int32_t * rc, e3_error * err);
+
+/* --- Remote devices: llama.cpp's RPC backend (eagle3_remote.cpp) ---------
+ * A connection that fails never aborts: its first error is kept, it fails every
+ * later request, and e3_rpc_failed() reports it, so a caller checks after each
+ * step that ran on a remote device. */
+typedef struct ggml_backend_device * e3_device;
+
+/* 1 when the extension was built with the RPC backend. */
+int e3_rpc_available(void);
+/* Connect to the server at endpoint ("host:port") and put its devices into
+ * out (at most cap); returns their number, or E3_ERR_ARG with the reason.
+ * Called before a model load: failures of earlier connections are forgotten,
+ * so that e3_rpc_failed() reports those met from here on. */
+int32_t e3_rpc_devices(const char * endpoint, e3_device * out, int32_t cap, e3_error * err);
+/* 1 (and err filled with E3_ERR_DECODE and the reason) when the connection to
+ * endpoint has failed, else 0. */
+int e3_rpc_failed(const char * endpoint, e3_error * err);
+/* Serve this machine's CPU at endpoint until e3_rpc_stop(); E3_OK or E3_ERR_ARG. */
+int e3_rpc_serve(const char * endpoint, const char * cache_dir, int32_t n_threads, e3_error * err);
+void e3_rpc_stop(void);
+
+/* Where the model is: the device of layer il (il = -1: the output layer) as
+ * ggml names it ("CPU", "RPC0", ...) with its description (an RPC device's
+ * endpoint); E3_ERR_ARG for a layer the model does not have. */
+int e3_model_layer_device(const struct llama_model * model, int32_t il, const char ** name,
+                          const char ** description);
+/* The bytes of the model's weights per device (names as above), at most cap
+ * entries; returns the number of devices. */
+int32_t e3_model_device_bytes(const struct llama_model * model, const char ** names, uint64_t * bytes, int32_t cap);
+
 #ifdef __cplusplus
 }
 #endif
