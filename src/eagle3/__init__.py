@@ -9,7 +9,7 @@ from eagle3.compat import PairReport, Problem, check_pair
 from eagle3.context import Context
 from eagle3.errors import *  # noqa: F403 (every exception class)
 from eagle3.generation import BatchGeneration, Generation, GenerationStats, TokenStream
-from eagle3.model import Model
+from eagle3.model import Device, Model
 from eagle3.quantize import quantize
 from eagle3.session import Eagle3Session, Eagle3SessionConfig, MtpSession
 
@@ -18,6 +18,7 @@ __version__ = _build_config.VERSION
 __all__ = [
     "Batch",
     "Context",
+    "Device",
     "Eagle3Session",
     "Eagle3SessionConfig",
     "Model",

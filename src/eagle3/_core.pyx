@@ -348,18 +348,13 @@ cdef object _remote_failure(tuple endpoints):
 
 
 cdef int _check_remote(ContextHandle ctx) except -1:
-    """Raise RemoteError when a server that ``ctx``'s model (or its pair's) uses has failed."""
-    cdef ModelHandle model
-    for c in (ctx, ctx.other):
-        if c is None:
-            continue
-        model = (<ContextHandle> c).model
-        if model.endpoints:
-            with nogil:
-                llama_synchronize((<ContextHandle> c).ptr)  # its answers are in: a failure is known
-            failed = _remote_failure(model.endpoints)
-            if failed is not None:
-                raise RemoteError(failed[0], failed[1])
+    """Raise RemoteError when a server that ``ctx``'s model uses has failed."""
+    if ctx.model.endpoints:
+        with nogil:
+            llama_synchronize(ctx.ptr)  # its answers are in: a failure is known
+        failed = _remote_failure(ctx.model.endpoints)
+        if failed is not None:
+            raise RemoteError(failed[0], failed[1])
     return 0
 
 
@@ -379,7 +374,7 @@ cdef class ModelHandle:
         cdef bytes bpath = _fs_path(path)
         cdef llama_model_params params = llama_model_default_params()
         self.endpoints = tuple(ep.encode() for ep in rpc_servers)
-        cdef ggml_backend_dev_t devices[65]
+        cdef ggml_backend_dev_t devices[65]  # (at most MAX_DEVICES, llama.cpp's 16, and a NULL)
         cdef float split[64]
         cdef int32_t n_dev = 0, got
         cdef e3_error err
@@ -985,12 +980,11 @@ cdef class ContextHandle:
             rc = -3  # (llama.cpp threw: its message says why)
         if n_out > self.out_capacity:
             self.out_capacity = n_out
-        if self.model.endpoints:
-            try:
-                _check_remote(self)
-            except RemoteError:
-                self.outputs_lost(False)
-                raise
+        try:
+            _check_remote(self)
+        except RemoteError:
+            self.outputs_lost(False)
+            raise
         if rc != 0:
             self.outputs_lost(False)
             PyErr_CheckSignals()  # Ctrl-C stopped it: KeyboardInterrupt, not a DecodeError
@@ -1377,7 +1371,7 @@ cdef class Pair:
         # every session call may decode on the draft context: its logits are gone
         self.draft_ctx.outputs_lost(False)
         self.has_draft_logits = False
-        _check_remote(self.draft_ctx)  # (a dead server explains a failure best, and may have caused none)
+        self._check_remote()  # (a dead server explains a failure best, and may have caused none)
         return _check(rc, err)
 
     cdef int _ready_for_draft_side(self) except -1:
