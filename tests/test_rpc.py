@@ -409,3 +409,60 @@ def test_ctrl_c_in_a_client_waiting_for_its_server_leaves_the_model_working(pair
                 child.kill()
             assert child.returncode == 0, err[-3000:]
             assert json.loads(out.strip().splitlines()[-1]) == {"interrupted": 1, "usable": True}
+
+
+FORK_CLIENT = r"""
+import json, os, sys, time
+import eagle3
+
+target_path, draft_path, held, free = sys.argv[1:5]
+model = eagle3.Model(target_path, rpc_servers=[held])
+ctx = eagle3.Context(model, n_ctx=256)
+reference = ctx.generate([1, 2, 3], 16).tokens.tolist()
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:  # the child: what it inherited is the parent's; its own loads work
+    out = {}
+    t0 = time.monotonic()
+    try:
+        ctx.generate([1, 2, 3], 16)
+        out["inherited"] = None
+    except eagle3.Eagle3Error as e:
+        out["inherited"] = [type(e).__name__, str(e)]
+    out["inherited_s"] = time.monotonic() - t0
+    with eagle3.Model(target_path, rpc_servers=[free]) as own:
+        out["own"] = eagle3.Context(own, n_ctx=256).generate([1, 2, 3], 16).tokens.tolist() == reference
+    t0 = time.monotonic()
+    try:
+        eagle3.Model(target_path, rpc_servers=[held])
+        out["busy"] = None
+    except eagle3.Eagle3Error as e:
+        out["busy"] = [type(e).__name__, str(e)]
+    out["busy_s"] = time.monotonic() - t0
+    model.close()
+    os.write(write, json.dumps(out).encode())
+    os._exit(0)
+os.close(write)
+_, status = os.waitpid(pid, 0)
+child = json.loads(os.read(read, 1 << 16) or b"{}")
+again = ctx.generate([1, 2, 3], 16).tokens.tolist() == reference  # the parent's connection goes on
+print(json.dumps({"status": status, "child": child, "parent_again": again}), flush=True)
+"""
+
+
+def test_a_forked_child_does_not_use_its_parents_connection(pair_paths):
+    """A child made by fork() inherits the parent's RPC connection but not its thread: using an
+    inherited remote model is a RemoteError at once (not a hang, and the parent's connection goes
+    on); a model the child loads itself works; a server the parent holds says it is busy."""
+    target, draft = pair_paths["chain"]
+    with RpcServer() as held, RpcServer() as free:
+        result = subprocess.run([sys.executable, "-c", FORK_CLIENT, str(target), str(draft), held.endpoint,
+                                 free.endpoint], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["status"] == 0 and out["parent_again"], out
+    child = out["child"]
+    assert child["inherited"][0] == "RemoteError" and "forked" in child["inherited"][1], child
+    assert child["inherited_s"] < 5 and child["own"], child
+    assert child["busy"][0] == "ModelLoadError" and "one client at a time" in child["busy"][1], child
+    assert child["busy_s"] < 30, child

@@ -14,6 +14,7 @@ from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
 
+import os
 import threading
 from collections import namedtuple
 
@@ -284,7 +285,6 @@ def quantize_file(src, dst, int ftype, int nthread, bint pure, bint allow_requan
 
 
 cdef bytes _fs_path(path):
-    import os
     return os.fsencode(os.fspath(path))
 
 
@@ -338,10 +338,13 @@ def rpc_stop():
     e3_rpc_stop()
 
 
-cdef object _remote_failure(tuple endpoints):
-    """(endpoint, message) of the first failed connection among ``endpoints``, or None."""
+cdef object _remote_failure(ModelHandle model):
+    """(endpoint, message) of the first failed connection among the model's, or None."""
     cdef e3_error err
-    for ep in endpoints:
+    if model.endpoints and model.pid != os.getpid():
+        return (model.endpoints[0].decode(), "the model was loaded before this process was forked: its connections "
+                "are the parent's; load it again here (a server serves one client at a time)")
+    for ep in model.endpoints:
         if e3_rpc_failed(ep, &err):
             return ep.decode(), err.message.decode("utf-8", "replace")
     return None
@@ -352,7 +355,7 @@ cdef int _check_remote(ContextHandle ctx) except -1:
     if ctx.model.endpoints:
         with nogil:
             llama_synchronize(ctx.ptr)  # its answers are in: a failure is known
-        failed = _remote_failure(ctx.model.endpoints)
+        failed = _remote_failure(ctx.model)
         if failed is not None:
             raise RemoteError(failed[0], failed[1])
     return 0
@@ -366,6 +369,7 @@ cdef class ModelHandle:
     cdef readonly int32_t n_vocab
     cdef readonly bint has_vocab
     cdef readonly tuple endpoints            # the RPC servers (bytes "host:port") its layers may be on
+    cdef readonly long pid                   # the process that loaded it (a forked child cannot use its servers)
     cdef object __weakref__
 
     def __cinit__(self, path, int n_gpu_layers=0, bint load_mtp=False, bint vocab_only=False,
@@ -374,6 +378,7 @@ cdef class ModelHandle:
         cdef bytes bpath = _fs_path(path)
         cdef llama_model_params params = llama_model_default_params()
         self.endpoints = tuple(ep.encode() for ep in rpc_servers)
+        self.pid = os.getpid()
         cdef ggml_backend_dev_t devices[65]  # (at most MAX_DEVICES, llama.cpp's 16, and a NULL)
         cdef float split[64]
         cdef int32_t n_dev = 0, got
@@ -413,7 +418,7 @@ cdef class ModelHandle:
         _log_reset()
         with nogil:
             m = llama_model_load_from_file(cpath, params)
-        failed = _remote_failure(self.endpoints)
+        failed = _remote_failure(self)
         if failed is not None:  # (llama.cpp loaded what it could not send, or gave up)
             if m != NULL:
                 with nogil:
@@ -869,7 +874,7 @@ cdef class ContextHandle:
         self.model = model
         self.other = other
         if model.endpoints:  # (its compute buffers are on the servers too)
-            failed = _remote_failure(model.endpoints)
+            failed = _remote_failure(model)
             if failed is not None:
                 raise RemoteError(failed[0], failed[1])
         if c == NULL:
