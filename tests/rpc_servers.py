@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 LOOPBACK = "127.0.0.1"
 
@@ -196,3 +197,12 @@ class CorruptingRelay:
             head = struct.pack(fmt, *[old if new is None else new for old, new in zip(fields, self.value)])
             head = head[:len(payload)]  # (a uint32 answer takes the low half)
             client.sendall(size + head + payload[len(head):])
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()

@@ -20,7 +20,7 @@ import pytest
 import eagle3
 from eagle3 import remote, shipped
 from rpc_servers import (ALLOC_BUFFER, BUFFER_GET_BASE, DEVICE_COUNT, GET_ALIGNMENT, GET_MAX_SIZE, HELLO,
-                         CorruptingRelay, RpcServer, free_port)
+                         CorruptingRelay, RpcServer, free_port, wait_for)
 
 pytestmark = pytest.mark.skipif(not remote.available(), reason="built without the RPC backend")
 
@@ -112,6 +112,21 @@ def test_tensor_split_decides_the_layers(servers, pair_paths):
                 assert got[shares.index(0)] == 0, (shares, model.devices)
             else:  # each holds about its share
                 assert abs(got[0] - 6 * shares[0] / sum(shares)) <= 1, (shares, model.devices)
+
+
+def test_mtp_over_rpc_is_local_mtp(servers, model_dir):
+    from eagle3.testing import MtpSpec, write_mtp_target
+
+    path = write_mtp_target(model_dir / "rpc-mtp.gguf", MtpSpec(n_layer=3, nextn=2, n_embd=32, n_head=2, n_head_kv=1,
+                                                                 weights="chain", noise=0.02, seed=2))
+
+    def run(model):
+        with eagle3.Context(model, n_ctx=512) as target, eagle3.Context(model, ctx_type="mtp") as mtp, \
+                eagle3.MtpSession(target, mtp, n_draft_max=3) as session:
+            return [list(session.generate(p, 32).tokens) for p in PROMPTS]
+
+    with eagle3.Model(path) as local, eagle3.Model(path, rpc_servers=[s.endpoint for s in servers]) as remote_model:
+        assert run(remote_model) == run(local)
 
 
 def test_local_model_is_on_the_cpu(models):
@@ -304,10 +319,12 @@ def eagle3_cli(*args, timeout=60):
     return subprocess.run([sys.executable, "-m", "eagle3", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def test_ctrl_c_stops_the_server_cleanly(tiny_pair):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_the_server_cleanly(stop):
     server = RpcServer()
-    assert server.interrupt() == 0
-    assert any("stopped" in line for line in server.output), server.output
+    server.process.send_signal(stop)
+    assert server.process.wait(30) == 0
+    assert wait_for(lambda: any("stopped" in line for line in server.output)), server.output
 
 
 def test_ctrl_c_stops_a_server_with_a_client(pair_paths):
@@ -319,7 +336,7 @@ def test_ctrl_c_stops_a_server_with_a_client(pair_paths):
 
     result = run_client(pair_paths["chain"], server.endpoint, "generate", ("generate", 0.5, stop_it))
     check_failed_closed(result, server.endpoint)
-    assert any("stopped" in line for line in server.output)
+    assert wait_for(lambda: any("stopped" in line for line in server.output)), server.output
 
 
 def test_server_refuses_other_hosts_without_the_flag():

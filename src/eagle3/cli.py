@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_info)
 
     p = sub.add_parser("rpc-server", help="serve this machine's CPU to models on other machines (llama.cpp RPC)",
-                       description="Run llama.cpp's RPC server in the foreground until Ctrl-C. A model loaded "
+                       description="Run llama.cpp's RPC server in the foreground until Ctrl-C or SIGTERM. A model loaded "
                                    "with rpc_servers=['HOST:PORT'] (or eagle3 generate --rpc HOST:PORT) puts its "
                                    "layers here. The protocol has no authentication: keep it on loopback or a "
                                    "trusted network.")

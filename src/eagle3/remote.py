@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import sys
 import threading
 from typing import TextIO
@@ -76,7 +77,7 @@ def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, threads: int | N
           cache_dir: str | os.PathLike | None = None, allow_remote: bool = False,
           log: TextIO | None = None) -> None:
     """Run llama.cpp's RPC server for this machine's CPU at ``host:port`` until Ctrl-C
-    (KeyboardInterrupt), which stops it: clients see their connection close.
+    (KeyboardInterrupt) or SIGTERM, which stop it: clients see their connection close.
 
     ``host`` is an IPv4 address of this machine. Anything but loopback needs
     ``allow_remote=True`` and prints llama.cpp's warning: whoever reaches the port
@@ -111,6 +112,9 @@ def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, threads: int | N
     # The server blocks in C; it runs on a thread of its own so that this one
     # stays in Python, where Ctrl-C arrives, and stops it.
     server = threading.Thread(target=run, name="eagle3-rpc-server", daemon=True)
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main:  # a service manager's stop is Ctrl-C's
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     server.start()
     try:
         while server.is_alive():
@@ -120,5 +124,8 @@ def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, threads: int | N
         server.join()
         print("eagle3 rpc-server: stopped", file=log, flush=True)
         return
+    finally:
+        if on_main:
+            signal.signal(signal.SIGTERM, previous)
     if failure:
         raise failure[0]
