@@ -483,3 +483,34 @@ def test_a_forked_child_does_not_use_its_parents_connection(pair_paths):
     assert child["inherited_s"] < 5 and child["own"], child
     assert child["busy"][0] == "ModelLoadError" and "one client at a time" in child["busy"][1], child
     assert child["busy_s"] < 30, child
+
+
+def test_a_client_naming_memory_outside_its_buffer_does_not_kill_the_server(tiny_pair):
+    """A client (here a hand-made one) that sends a tensor lying outside the buffer it
+    names loses its connection; the server goes on serving the next client."""
+    import socket
+    import struct
+
+    def call(sock, cmd, payload, answer_size=None):
+        sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
+        if answer_size is None:
+            return None
+        size = struct.unpack("<Q", sock.recv(8, socket.MSG_WAITALL))[0]
+        assert size == answer_size
+        return sock.recv(size, socket.MSG_WAITALL)
+
+    with RpcServer() as server:
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            assert call(sock, HELLO, bytes(24), 28)[0] == 7
+            remote, _ = struct.unpack("<QQ", call(sock, ALLOC_BUFFER, struct.pack("<IQ", 0, 4096), 16))
+            (base,) = struct.unpack("<Q", call(sock, BUFFER_GET_BASE, struct.pack("<Q", remote), 8))
+            # rpc_tensor: id, type (f32), buffer, ne[4], nb[4], op, op_params[16], flags, src[10], view_src,
+            # view_offs, data (1 GiB past the buffer's start), name[64], use_count
+            tensor = struct.pack("<QIQ4I4II16ii10QQQQ64si", 1, 0, remote, 4, 1, 1, 1, 4, 16, 16, 16, 0, *[0] * 16, 0,
+                                 *[0] * 10, 0, 0, base + (1 << 30), b"outside", 0)
+            call(sock, 6, tensor + struct.pack("<BQ", 0, 0) + bytes(16))  # SET_TENSOR
+            assert sock.recv(1) == b""  # the server closed this connection
+        assert server.process.poll() is None
+        assert wait_for(lambda: any("out of its buffer's bounds" in line for line in server.output)), server.output
+        with eagle3.Model(tiny_pair[0], rpc_servers=[server.endpoint]) as model:
+            assert len(eagle3.Context(model, n_ctx=64).generate([1, 2, 3], 4).tokens) == 4

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -325,6 +326,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_rpc_server(args: argparse.Namespace) -> int:
+    # what llama.cpp's server reports (a client refused, a connection lost) is for the operator
+    report = logging.StreamHandler(sys.stderr)
+    report.setFormatter(logging.Formatter("eagle3 rpc-server: %(message)s"))
+    logging.getLogger("eagle3").addHandler(report)
     remote.serve(args.host, args.port, threads=args.threads, cache_dir=args.cache, allow_remote=args.allow_remote)
     return 0
 
