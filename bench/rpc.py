@@ -90,7 +90,7 @@ def make_runs(target_model, draft_model, n, n_draft_max, threads):
     draft = eagle3.Context(draft_model, other=target, n_threads=threads)
     session = eagle3.Eagle3Session(target, draft, n_draft_max=n_draft_max)
     plain = eagle3.Context(target_model, n_ctx=1024, n_threads=threads)
-    return (lambda: plain.generate(PROMPT, n), lambda: session.generate(PROMPT, n)), (target, plain)
+    return lambda: plain.generate(PROMPT, n), lambda: session.generate(PROMPT, n)
 
 
 def stock_speculative(bin_dir, target, draft, endpoints, n, n_draft, threads) -> tuple[float, str]:
@@ -115,10 +115,9 @@ def vs_stock(args, target_path, draft_path, threads) -> None:
         endpoints = [f"127.0.0.1:{port}" for _, port in ours]
         with eagle3.Model(target_path, rpc_servers=endpoints, tensor_split=[1, 1]) as tm, \
                 eagle3.Model(draft_path) as dm:
-            prompt = tm.tokenize(" ".join(str(t) for t in PROMPT))
-            (_, spec), _ = make_runs(tm, dm, args.n, args.n_draft_max, threads)
+            prompt = tm.tokenize(" ".join(str(t) for t in PROMPT))  # (the prompt llama.cpp's tool reads)
             speeds: dict[str, list[float]] = {"eagle3": [], "llama.cpp": []}
-            spec()
+            spec_generation(tm, dm, prompt, args.n, args.n_draft_max, threads)  # warm-up
             for _ in range(args.rounds):
                 speed, stdout = stock_speculative(bin_dir, target_path, draft_path,
                                              [f"127.0.0.1:{port}" for _, port in theirs], args.n,
@@ -167,12 +166,12 @@ def main() -> None:
                "1 server": dict(ports=[servers[2][1]], tensor_split=None)}
     try:
         with eagle3.Model(target_path) as local_target, eagle3.Model(draft_path) as draft_model:
-            runs = {"local": make_runs(local_target, draft_model, args.n, args.n_draft_max, threads)[0]}
+            runs = {"local": make_runs(local_target, draft_model, args.n, args.n_draft_max, threads)}
             remote = {}
             for name, how in layouts.items():
                 remote[name] = eagle3.Model(target_path, tensor_split=how["tensor_split"],
                                             rpc_servers=[f"127.0.0.1:{p}" for p in how["ports"]])
-                runs[name] = make_runs(remote[name], draft_model, args.n, args.n_draft_max, threads)[0]
+                runs[name] = make_runs(remote[name], draft_model, args.n, args.n_draft_max, threads)
             want = list(runs["local"][0]().tokens)
             tokens = len(want)
             assert all(list(run().tokens) == want for pair_of_runs in runs.values() for run in pair_of_runs)
@@ -189,8 +188,7 @@ def main() -> None:
                 relays = [CountingRelay(p) for p in how["ports"]]
                 with eagle3.Model(target_path, rpc_servers=[f"127.0.0.1:{r.port}" for r in relays],
                                   tensor_split=how["tensor_split"]) as counted:
-                    for kind, run in enumerate(make_runs(counted, draft_model, args.n, args.n_draft_max,
-                                                         threads)[0]):
+                    for kind, run in enumerate(make_runs(counted, draft_model, args.n, args.n_draft_max, threads)):
                         before = sum(r.sent + r.received for r in relays)
                         run()
                         traffic[name, kind] = (sum(r.sent + r.received for r in relays) - before) / tokens

@@ -60,18 +60,18 @@ int seq_sampler::init(const llama_vocab * vocab, int32_t n_vocab, int32_t n_ctx,
                                                      s.presence_penalty != 0.0f);
     if (penalize) {
         const int32_t last_n = s.penalty_last_n < 0 ? n_ctx : s.penalty_last_n;
-        penalties_ = add(llama_sampler_init_penalties(n_vocab, last_n, s.repeat_penalty, s.frequency_penalty,
-                                                      s.presence_penalty), false);
+        llama_sampler * penalties = add(llama_sampler_init_penalties(n_vocab, last_n, s.repeat_penalty,
+                                                                     s.frequency_penalty, s.presence_penalty), false);
         for (int32_t i = std::max(0, n_prompt - last_n); i < n_prompt; ++i) {
-            llama_sampler_accept(penalties_, prompt[i]);
+            llama_sampler_accept(penalties, prompt[i]);
         }
     }
     if (s.grammar && s.grammar[0]) {
-        grammar_ = llama_sampler_init_grammar(vocab, s.grammar, "root");
-        if (!grammar_) {
+        llama_sampler * grammar = llama_sampler_init_grammar(vocab, s.grammar, "root");
+        if (!grammar) {
             return fail(err, E3_ERR_ARG, "the grammar does not parse (llama.cpp's message says where)");
         }
-        add(grammar_, false);
+        add(grammar, false);
     }
     if (!greedy_) {  // (truncation and temperature cannot change a greedy pick)
         if (s.top_k > 0) {
@@ -191,7 +191,7 @@ void seq_sampler::accept(int32_t token) {
 
 int32_t seq_sampler::draft_pick(const float * logits, distribution & q, float * p) {
     if (!logits || e3_logits_argmax(logits, n_vocab_) < 0) {
-        *p = -1.0f;  // (below any p_min: the draft stops here)
+        *p = -1.0f;
         return 0;
     }
     apply(draft_, logits, q);

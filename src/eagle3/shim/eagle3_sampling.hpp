@@ -52,7 +52,8 @@ class seq_sampler {
     void accept(int32_t token);
 
     // the draft's distribution at a draft logits row and a token from it (its own
-    // generator); q is kept for verify(). Returns -1 for a row without usable logits.
+    // generator); q is kept for verify(). A row without usable logits gives *p = -1,
+    // below any p_min, so the draft stops there.
     int32_t draft_pick(const float * logits, distribution & q, float * p);
 
   private:
@@ -63,8 +64,6 @@ class seq_sampler {
     bool greedy_ = true;
     std::vector<llama_sampler *> stages_;  // the target's, in order
     std::vector<llama_sampler *> draft_;   // the draft's (stateless)
-    llama_sampler * penalties_ = nullptr;  // (in stages_)
-    llama_sampler * grammar_ = nullptr;    // (in stages_)
     std::mt19937_64 rng_, draft_rng_;
     distribution target_;
     std::vector<float> q_dense_;           // verify(): q by token id
