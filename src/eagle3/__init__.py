@@ -4,7 +4,7 @@ The public API, re-exported from the modules that define it.
 """
 
 from eagle3 import _build_config, _logging, errors
-from eagle3._core import Batch, read_gguf, system_info
+from eagle3._core import Batch, multi_token_counts, read_gguf, system_info
 from eagle3.compat import PairReport, Problem, check_pair
 from eagle3.context import Context
 from eagle3.errors import *  # noqa: F403 (every exception class)
@@ -31,6 +31,7 @@ __all__ = [
     "PairReport",
     "Problem",
     "quantize",
+    "multi_token_counts",
     "read_gguf",
     "system_info",
     *errors.__all__,

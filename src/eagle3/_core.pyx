@@ -127,6 +127,21 @@ def system_info():
     return llama_print_system_info().decode("utf-8", "replace")
 
 
+MultiTokenCounts = namedtuple("MultiTokenCounts", ["products", "row_loads"])
+
+
+def multi_token_counts():
+    """What the CPU's multi-token matrix kernels did since the process started:
+    ``MultiTokenCounts(products, row_loads)``, the weight-row by token products
+    they computed and the weight rows they unpacked for them (a pass of k
+    tokens unpacks each row once per four tokens, one token once). ``None``
+    where this build has no such kernels."""
+    cdef uint64_t products = 0, row_loads = 0
+    if not e3_multi_token_counts(&products, &row_loads):
+        return None
+    return MultiTokenCounts(products, row_loads)
+
+
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------

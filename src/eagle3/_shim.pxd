@@ -108,6 +108,7 @@ cdef extern from "eagle3_shim.h" nogil:
     void e3_cancel_unwatch_sigint()
 
     int e3_eagle3_target_support(const char * arch)
+    int e3_multi_token_counts(uint64_t * products, uint64_t * row_loads)
 
     ctypedef void (*e3_log_callback)(int level, const char * text, void * user_data) noexcept
     void e3_log_set(e3_log_callback cb, void * user_data)

@@ -49,6 +49,7 @@ class TargetSpec:
     weights: str = "random"  # "random" or "chain"
     noise: float = 0.02      # chain: scale of what the blocks add to the residual
     output_scale: float = 1.0  # scales the output head: lower makes the next-token distribution flatter
+    tied: bool = False       # no output.weight: the output head is token_embd, as in many small models
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -56,6 +57,8 @@ class TargetSpec:
             raise ValueError(f"weights must be 'random' or 'chain', got {self.weights!r}")
         if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
             raise ValueError("n_embd must divide by n_head and n_head by n_head_kv")
+        if self.tied and self.weights == "chain":
+            raise ValueError("a chain target needs its own output head (tied=False)")
 
     @property
     def head_dim(self) -> int:
@@ -162,7 +165,9 @@ def write_target(path: str | os.PathLike, spec: TargetSpec = TargetSpec()) -> Pa
         output = _dense(rng, V, E, 4.0)
         block_scale = 1.0
     output = (output * spec.output_scale).astype(np.float32)
-    tensors = {"token_embd.weight": emb, "output_norm.weight": np.ones(E, np.float32), "output.weight": output}
+    tensors = {"token_embd.weight": emb, "output_norm.weight": np.ones(E, np.float32)}
+    if not spec.tied:
+        tensors["output.weight"] = output
     for i in range(spec.n_layer):
         tensors.update({
             f"blk.{i}.attn_norm.weight": np.ones(E, np.float32),

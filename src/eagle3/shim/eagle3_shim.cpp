@@ -14,6 +14,7 @@
 #include "llama-ext.h"
 #include "llama-cparams.h"  // LLAMA_MAX_SEQ
 #include "llama-hparams.h"  // LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS
+#include "ggml-cpu.h"
 
 #include <atomic>
 #include <csignal>
@@ -100,6 +101,16 @@ constexpr int32_t max_draft = 65535;  // common_speculative_accept takes a uint1
 extern "C" int32_t e3_max_seq(void) { return LLAMA_MAX_SEQ; }
 extern "C" int32_t e3_max_layers(void) { return LLAMA_MAX_LAYERS; }
 extern "C" int32_t e3_max_experts(void) { return LLAMA_MAX_EXPERTS; }
+
+extern "C" int e3_multi_token_counts(uint64_t * products, uint64_t * row_loads) {
+#ifdef E3_HAVE_MULTI_TOKEN_COUNTS
+    return ggml_cpu_multi_token_counts(products, row_loads) ? 1 : 0;
+#else
+    *products = 0;
+    *row_loads = 0;
+    return 0;
+#endif
+}
 
 // ---------------------------------------------------------------------------
 // Which targets EAGLE-3 can draft for

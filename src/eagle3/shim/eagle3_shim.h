@@ -209,6 +209,11 @@ int e3_detokenize(const struct llama_vocab * vocab, const int32_t * tokens, int3
  * state (ids <= n_layer). */
 int e3_eagle3_target_support(const char * arch);
 
+/* What the CPU's multi-token kernels did since the process started: weight-row
+ * by token products, and the weight rows they unpacked for them. Returns 0
+ * (and zeros) in a build without them. */
+int e3_multi_token_counts(uint64_t * products, uint64_t * row_loads);
+
 /* Logging: one callback for llama.cpp, ggml and common/ messages. */
 typedef void (*e3_log_callback)(int level, const char * text, void * user_data);
 void e3_log_set(e3_log_callback cb, void * user_data);

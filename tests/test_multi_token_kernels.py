@@ -1,0 +1,113 @@
+"""The multi-token kernels: a pass over k tokens unpacks each weight row once for
+up to four tokens (instead of once per token), and every token still gets bit
+for bit the logits it gets decoded alone, on the shapes real models have:
+widths of 576 (rows that K-quants cannot hold, where the quantizer falls back
+to q5_0/q8_0), 896 and 1536, tied embeddings, and the quantizer's mixes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import eagle3
+from eagle3 import _build_config
+from eagle3.testing import TargetSpec, write_target
+
+exact = pytest.mark.skipif(not _build_config.BATCH_INVARIANT,
+                           reason="built without eagle3's batch-invariant ggml patches")
+
+# One or two layers with the widths of SmolLM2-135M (576, tied), Qwen2.5-0.5B
+# (896, tied) and Qwen2.5-1.5B (1536).
+SHAPES = {
+    "576-tied": TargetSpec(n_layer=2, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, n_vocab=640, tied=True, seed=31),
+    "896-tied": TargetSpec(n_layer=1, n_embd=896, n_head=14, n_head_kv=2, n_ff=1152, n_vocab=520, tied=True, seed=32),
+    "1536": TargetSpec(n_layer=1, n_embd=1536, n_head=12, n_head_kv=2, n_ff=2048, n_vocab=384, seed=33),
+}
+TYPES = ["Q4_K_M", "Q4_1", "Q4_0", "Q5_0", "Q6_K", "IQ4_NL", "Q5_K_M", "Q8_0", "F16", "F32"]
+
+
+@pytest.fixture(scope="module")
+def shape_files(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("shapes")
+    return {name: write_target(directory / f"{name}.gguf", spec) for name, spec in SHAPES.items()}
+
+
+def _quantized(shape_files, shape: str, file_type: str) -> str:
+    src = shape_files[shape]
+    if file_type == "F32":
+        return src
+    path = src.with_name(f"{shape}-{file_type}.gguf")
+    if not path.exists():
+        eagle3.quantize(src, path, file_type)
+    return path
+
+
+def _check_passes(model, sizes, n_threads: int, rng) -> None:
+    tokens = rng.integers(3, model.n_vocab, sum(sizes)).astype(np.int32)
+    kw = dict(n_ctx=2048, n_batch=1024, n_threads=n_threads)
+    with eagle3.Context(model, **kw) as together, eagle3.Context(model, **kw) as alone:
+        at = 0
+        for k in sizes:
+            together.decode(eagle3.Batch.from_tokens(tokens[at:at + k], pos0=at, output="all"))
+            for i in range(k):
+                alone.decode(eagle3.Batch.from_tokens(tokens[at + i:at + i + 1], pos0=at + i))
+                np.testing.assert_array_equal(together.logits(i), alone.logits(0),
+                                              err_msg=f"token {i} of a {k}-token pass at cache length {at}")
+            at += k
+
+
+@exact
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("file_type", TYPES)
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_real_shapes_give_a_token_its_one_token_logits_in_passes_of_1_to_64(shape_files, shape, file_type,
+                                                                               n_threads):
+    with eagle3.Model(_quantized(shape_files, shape, file_type)) as model:
+        sizes = [*range(1, 17), 32, 64] if n_threads == 2 else [1, 2, 3, 4, 5, 7, 9, 16, 32]
+        _check_passes(model, sizes, n_threads, np.random.default_rng(len(file_type) + n_threads))
+
+
+@exact
+@pytest.mark.parametrize("file_type", ["Q4_K_M", "Q4_1"])
+def test_a_512_token_pass_gives_each_token_its_one_token_logits(shape_files, file_type):
+    with eagle3.Model(_quantized(shape_files, "576-tied", file_type)) as model:
+        _check_passes(model, [512], 2, np.random.default_rng(5))
+
+
+# Types with a multi-token kernel on this build's CPU path, and whether ggml
+# repacks them (a repacked matrix needs rows in groups of 8).
+MULTI_TOKEN_TYPES = {"q4_0": True, "q4_k": True, "iq4_nl": True, "q4_1": False, "q5_0": False, "q6_k": False,
+                     "f16": False, "f32": False}
+
+
+def _multi_token_rows(model) -> int:
+    """Weight rows one token's pass multiplies through a multi-token kernel."""
+    rows = 0
+    tied = "output.weight" not in model.tensors
+    for name, info in model.tensors.items():
+        used = name.startswith("blk.") or name == "output.weight" or (tied and name == "token_embd.weight")
+        repacked = MULTI_TOKEN_TYPES.get(info.type.lower())
+        if used and len(info.shape) == 2 and repacked is not None and not (repacked and info.shape[1] % 8):
+            rows += info.shape[1]
+    return rows
+
+
+@exact
+@pytest.mark.skipif(eagle3.multi_token_counts() is None, reason="this build has no multi-token kernels")
+@pytest.mark.parametrize("file_type", ["Q4_K_M", "Q4_1", "Q5_0", "Q6_K", "Q4_0", "IQ4_NL", "F16", "F32"])
+def test_a_pass_of_k_tokens_unpacks_each_weight_row_once_per_four_tokens(shape_files, file_type):
+    with eagle3.Model(_quantized(shape_files, "1536", file_type)) as model, \
+            eagle3.Context(model, n_ctx=256, n_batch=64, n_threads=2) as ctx:
+        rows = _multi_token_rows(model)
+        assert rows > 0
+        ctx.decode(eagle3.Batch.from_tokens([5, 6, 7]))
+        at = 3
+        for k in (1, 2, 3, 4, 5, 8, 13, 16):
+            before = eagle3.multi_token_counts()
+            ctx.decode(eagle3.Batch.from_tokens(np.arange(10, 10 + k, dtype=np.int32), pos0=at, output="all"))
+            products, row_loads = (a - b for a, b in zip(eagle3.multi_token_counts(), before))
+            assert products == k * rows, f"{k} tokens"
+            assert row_loads == math.ceil(k / 4) * rows, f"{k} tokens"
+            at += k
