@@ -78,8 +78,8 @@ def test_a_512_token_pass_gives_each_token_its_one_token_logits(shape_files, fil
 
 # Types with a multi-token kernel on this build's CPU path, and whether ggml
 # repacks them (a repacked matrix needs rows in groups of 8).
-MULTI_TOKEN_TYPES = {"q4_0": True, "q4_k": True, "iq4_nl": True, "q4_1": False, "q5_0": False, "q6_k": False,
-                     "f16": False, "f32": False}
+MULTI_TOKEN_TYPES = {"q4_0": True, "q4_k": True, "iq4_nl": True,
+                     "q4_1": False, "q5_0": False, "q5_k": False, "q6_k": False, "f16": False, "f32": False}
 
 
 def _multi_token_rows(model) -> int:
@@ -96,7 +96,7 @@ def _multi_token_rows(model) -> int:
 
 @exact
 @pytest.mark.skipif(eagle3.multi_token_counts() is None, reason="this build has no multi-token kernels")
-@pytest.mark.parametrize("file_type", ["Q4_K_M", "Q4_1", "Q5_0", "Q6_K", "Q4_0", "IQ4_NL", "F16", "F32"])
+@pytest.mark.parametrize("file_type", ["Q4_K_M", "Q5_K_M", "Q4_1", "Q5_0", "Q6_K", "Q4_0", "IQ4_NL", "F16", "F32"])
 def test_a_pass_of_k_tokens_unpacks_each_weight_row_once_per_four_tokens(shape_files, file_type):
     with eagle3.Model(_quantized(shape_files, "1536", file_type)) as model, \
             eagle3.Context(model, n_ctx=256, n_batch=64, n_threads=2) as ctx:
