@@ -133,8 +133,8 @@ MultiTokenCounts = namedtuple("MultiTokenCounts", ["products", "row_loads"])
 def multi_token_counts():
     """What the CPU's multi-token matrix kernels did since the process started:
     ``MultiTokenCounts(products, row_loads)``, the weight-row by token products
-    they computed and the weight rows they unpacked for them (a pass of k
-    tokens unpacks each row once per four tokens, one token once). ``None``
+    they computed and the weight rows they loaded for them (a pass of k
+    tokens loads each row once per group of up to four tokens). ``None``
     where this build has no such kernels."""
     cdef uint64_t products = 0, row_loads = 0
     if not e3_multi_token_counts(&products, &row_loads):

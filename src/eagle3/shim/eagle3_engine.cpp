@@ -52,6 +52,7 @@ struct draft_tuner {
     double t_plain = 0.0;      // a plain step: one-token verify
     double t_per_draft = 0.0;  // each drafted token: its draft step, verify row, process row
     int32_t n_spec_rounds = 0;
+    int32_t last_pass = 0;     // the tokens of the last verify pass
     std::vector<int64_t> reached, accepted;  // per draft position
 
     void reset(int32_t n_draft) {
@@ -78,7 +79,8 @@ struct draft_tuner {
     // one-token pass (as every change of pass size does), the second is timed
     bool probe_due(int64_t round) const { return round % probe_every < 2; }
 
-    void add_probe(int64_t round, double t_round, double t_process) {
+    void add_probe(int64_t round, double t_round, double t_process, int32_t n_pass) {
+        last_pass = n_pass;
         if (round % probe_every == 1) {
             blend(t_fixed, t_round);
             blend(t_plain, t_round - t_process);
@@ -92,8 +94,12 @@ struct draft_tuner {
         }
     }
 
-    void add_round(double t_round, int32_t n_drafted) {
-        if (n_drafted > 0 && t_fixed > 0.0) {
+    // a round whose verify pass differs in size from the last one rebuilds the
+    // target's graph (llama.cpp reuses only the last): not what a round costs
+    void add_round(double t_round, int32_t n_drafted, int32_t n_pass) {
+        const bool rebuilt = n_pass != last_pass;
+        last_pass = n_pass;
+        if (n_drafted > 0 && t_fixed > 0.0 && !rebuilt) {
             blend(t_per_draft, std::max(0.0, t_round - t_fixed) / n_drafted);
             n_spec_rounds++;
         }
@@ -921,11 +927,12 @@ static int commit(e3_engine * e, int32_t & n_left, e3_error * err) {
 }
 
 // adaptive: learn from this round, then pick the next draft length
-static void tune(e3_engine * e, bool probe, double t_round, double t_process, int32_t n_drafted, int32_t n_left) {
+static void tune(e3_engine * e, bool probe, double t_round, double t_process, int32_t n_drafted, int32_t n_live,
+                 int32_t n_left) {
     if (probe) {
-        e->tuner.add_probe(e->total.c.n_rounds - 1, t_round, t_process);
+        e->tuner.add_probe(e->total.c.n_rounds - 1, t_round, t_process, n_live);
     } else {
-        e->tuner.add_round(t_round, n_drafted);
+        e->tuner.add_round(t_round, n_drafted, n_live + n_drafted);
     }
     const int32_t best = e->tuner.best(e->n_min, e->n_draft, std::max(n_left, 1));
     if (best < 0) {
@@ -957,7 +964,8 @@ static int engine_step(e3_engine * e, e3_error * err) {
     if (e->cancelled()) {
         e->cancel_all();
     }
-    if (plan(e, probe) == 0) {
+    const int32_t n_live = plan(e, probe);
+    if (n_live == 0) {
         return 0;
     }
     int32_t n_left = 0;
@@ -983,7 +991,7 @@ static int engine_step(e3_engine * e, e3_error * err) {
     }
     if (tuning) {
         tune(e, probe, seconds_since(t0), e->total.c.t_process_s - t_process0,
-             (int32_t) (e->total.c.n_drafted - n_drafted0), n_left);
+             (int32_t) (e->total.c.n_drafted - n_drafted0), n_live, n_left);
     }
     return n_left;
 }
