@@ -53,6 +53,8 @@ struct draft_tuner {
     double t_per_draft = 0.0;  // each drafted token: its draft step, verify row, process row
     int32_t n_spec_rounds = 0;
     int32_t last_pass = 0;     // the tokens of the last verify pass
+    bool skipped = false;      // the last round was not counted
+    std::vector<char> seen;    // verify pass sizes met so far
     std::vector<int64_t> reached, accepted;  // per draft position
 
     void reset(int32_t n_draft) {
@@ -94,12 +96,19 @@ struct draft_tuner {
         }
     }
 
-    // a round whose verify pass differs in size from the last one rebuilds the
-    // target's graph (llama.cpp reuses only the last): not what a round costs
+    // A round whose verify pass is of a size not met before grows llama.cpp's
+    // compute buffers, and one whose size differs from the last rebuilds the
+    // target's graph (llama.cpp reuses only the last): neither is what a round
+    // costs. Where the size changes every round, every other round counts.
     void add_round(double t_round, int32_t n_drafted, int32_t n_pass) {
-        const bool rebuilt = n_pass != last_pass;
+        if ((size_t) n_pass >= seen.size()) {
+            seen.resize(n_pass + 1, 0);
+        }
+        const bool skip = !seen[n_pass] || (n_pass != last_pass && !skipped);
+        seen[n_pass] = 1;
         last_pass = n_pass;
-        if (n_drafted > 0 && t_fixed > 0.0 && !rebuilt) {
+        skipped = skip;
+        if (n_drafted > 0 && t_fixed > 0.0 && !skip) {
             blend(t_per_draft, std::max(0.0, t_round - t_fixed) / n_drafted);
             n_spec_rounds++;
         }
