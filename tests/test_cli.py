@@ -146,3 +146,41 @@ def test_generate_with_a_chat_template_a_schema_and_rejection(chain_pair, tmp_pa
     schema.write_text('{"type": "nothing-known"}')
     assert main(["generate", "x", "--json-schema", str(schema), "--target", str(target), "--draft", str(draft)]) == 1
     assert "JSON schema" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("drafter, extra", [("ngram", ["--ngram", "size_n=2", "--ngram", "size_m=4"]),
+                                            ("ngram-cache", []), ("ngram-mod", ["--ngram", "n_match=2"])])
+def test_generate_with_an_ngram_drafter(chain_pair, capsys, drafter, extra):
+    target, _ = chain_pair
+    assert main(["generate", "speculative speculative", "-n", "16", "--target", str(target), "--drafter", drafter,
+                 *extra, "--compare", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    with eagle3.Model(target) as model:
+        assert result["tokens"] == greedy(model, model.tokenize("speculative speculative"), 16)
+    assert result["plain"]["identical"] is True
+
+
+def test_generate_with_a_draft_model(chain_pair, capsys):
+    target, _ = chain_pair
+    # the target itself as its own draft model: the same vocabulary, every draft accepted
+    assert main(["generate", "abc", "-n", "12", "--target", str(target), "--drafter", "draft", "--draft",
+                 str(target), "--n-draft-max", "3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["stats"]["acceptance_rate"] == 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--drafter", "draft"], "needs --draft"),
+    (["--drafter", "ngram", "--draft", "x.gguf"], "takes no --draft"),
+    (["--drafter", "eagle3", "--ngram", "size_n=3"], "--ngram"),
+    (["--drafter", "ngram", "--ngram", "n_match=3"], "n_match"),
+])
+def test_drafter_option_errors(chain_pair, capsys, args, message):
+    target, _ = chain_pair
+    assert main(["generate", "abc", "-n", "4", "--target", str(target), *args]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_a_drafter_other_than_eagle3_needs_a_target(capsys):
+    assert main(["generate", "abc", "--drafter", "ngram"]) == 1
+    assert "--target" in capsys.readouterr().err

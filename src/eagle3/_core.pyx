@@ -1129,27 +1129,81 @@ MAX_EXPERTS = e3_max_experts()
 DRAFT_AUTO = E3_DRAFT_AUTO
 FINISH_REASONS = {E3_RUNNING: None, E3_FINISH_LENGTH: "length", E3_FINISH_STOP: "stop",
                   E3_FINISH_CONTEXT: "context", E3_FINISH_CANCELLED: "cancelled"}
-SESSION_KINDS = {"eagle3": E3_SPEC_EAGLE3, "mtp": E3_SPEC_MTP}
+SESSION_KINDS = {(<bytes> e3_spec_kind_key(k)).decode(): k for k in range(E3_SPEC_KIND_COUNT)}
+"""The drafters the shim has (its drafter table), by name."""
 
 
-def check_session_config(n_seq, n_draft_max, n_min, double p_min):
-    """Raise InvalidConfigError if a session configuration is out of range (the shim's rules).
-    Integers beyond C's int32 are passed as the nearest int32 (which every rule refuses)."""
-    clamp = lambda v: max(-1, min(int(v), 2**31 - 1))
-    cdef e3_spec_config cfg = _spec_config("eagle3", max(0, clamp(n_seq)), clamp(n_draft_max), clamp(n_min),
-                                           <float> p_min)
-    cdef e3_error err
-    _check(e3_spec_check_config(&cfg, &err), &err)
+cdef e3_ngram_config _ngram_defaults():
+    cdef e3_ngram_config g
+    e3_ngram_config_default(&g)
+    return g
 
 
-cdef e3_spec_config _spec_config(str kind, uint32_t n_seq, int32_t n_draft_max, int32_t n_min, float p_min):
+cdef e3_ngram_config _defaults = _ngram_defaults()
+NGRAM_DEFAULTS = {"size_n": _defaults.size_n, "size_m": _defaults.size_m, "min_hits": _defaults.min_hits,
+                  "n_match": _defaults.n_match, "mod_n_min": _defaults.mod_n_min, "mod_n_max": _defaults.mod_n_max}
+"""llama.cpp's defaults for the n-gram drafters' integer parameters."""
+
+
+def _clamp32(v):
+    """Integers beyond C's int32 pass as the nearest int32 (which every rule refuses)."""
+    return max(-2**31, min(int(v), 2**31 - 1))
+
+
+cdef class _SpecConfig:
+    """An ``e3_spec_config`` and the bytes its cache-file paths point into."""
     cdef e3_spec_config cfg
-    cfg.kind = SESSION_KINDS[kind]
-    cfg.n_seq = n_seq
-    cfg.n_draft_max = n_draft_max
-    cfg.n_min = n_min
-    cfg.p_min = p_min
-    return cfg
+    cdef tuple paths
+
+    def __cinit__(self, str kind, n_seq, n_draft_max, n_min, double p_min, dict ngram=None):
+        self.cfg.kind = SESSION_KINDS[kind]
+        self.cfg.n_seq = <uint32_t> max(0, min(int(n_seq), 2**32 - 1))
+        self.cfg.n_draft_max = _clamp32(n_draft_max)
+        self.cfg.n_min = _clamp32(n_min)
+        self.cfg.p_min = <float> p_min
+        self.cfg.ngram = _ngram_defaults()
+        ngram = dict(ngram or {})
+        self.paths = tuple(os.fsencode(ngram.pop(name)) if ngram.get(name) else None
+                           for name in ("lookup_cache_static", "lookup_cache_dynamic"))
+        for name, value in ngram.items():
+            setattr_ngram(&self.cfg.ngram, name, _clamp32(value))
+        self.cfg.ngram.lookup_cache_static = <const char *> self.paths[0] if self.paths[0] is not None else NULL
+        self.cfg.ngram.lookup_cache_dynamic = <const char *> self.paths[1] if self.paths[1] is not None else NULL
+
+
+cdef int setattr_ngram(e3_ngram_config * g, str name, int32_t value) except -1:
+    if name == "size_n":
+        g.size_n = value
+    elif name == "size_m":
+        g.size_m = value
+    elif name == "min_hits":
+        g.min_hits = value
+    elif name == "n_match":
+        g.n_match = value
+    elif name == "mod_n_min":
+        g.mod_n_min = value
+    elif name == "mod_n_max":
+        g.mod_n_max = value
+    else:
+        raise InvalidArgumentError(f"unknown n-gram parameter {name!r}")
+    return 0
+
+
+def check_session_config(str kind, n_seq, n_draft_max, n_min, double p_min, dict ngram=None):
+    """Raise InvalidConfigError if a session configuration is out of range (the shim's rules)."""
+    cdef _SpecConfig c = _SpecConfig(kind, n_seq, n_draft_max, n_min, p_min, ngram)
+    cdef e3_error err
+    _check(e3_spec_check_config(&c.cfg, &err), &err)
+
+
+def vocab_mismatch(ModelHandle target, ModelHandle draft):
+    """Why ``draft``'s vocabulary does not fit ``target``'s by llama.cpp's rules for a
+    draft model, or None when it fits."""
+    cdef char why[512]
+    why[0] = 0
+    if e3_vocab_compatible(target.ptr, draft.ptr, why, sizeof(why)):
+        return None
+    return why.decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------------------
@@ -1189,13 +1243,13 @@ cdef class SessionHandle:
     cdef readonly ContextHandle target_ctx, draft_ctx
     cdef e3_spec_info info
 
-    def __cinit__(self, str kind, ContextHandle target, ContextHandle draft, uint32_t n_seq,
-                  int32_t n_draft_max, int32_t n_min, float p_min):
-        cdef e3_spec_config cfg = _spec_config(kind, n_seq, n_draft_max, n_min, p_min)
+    def __cinit__(self, str kind, ContextHandle target, ContextHandle draft, tuple config, dict ngram=None):
+        cdef _SpecConfig c = _SpecConfig(kind, *config, ngram)
         cdef e3_error err
+        cdef llama_context * dptr = draft.ptr if draft is not None else NULL
         _log_reset()
         with nogil:
-            self.ptr = e3_spec_create(target.ptr, draft.ptr, &cfg, &err)
+            self.ptr = e3_spec_create(target.ptr, dptr, &c.cfg, &err)
         if self.ptr == NULL and err.status == E3_ERR_INIT:
             raise SessionInitError(_with_log(err.message.decode("utf-8", "replace")), kind=kind)
         if self.ptr == NULL:
@@ -1355,14 +1409,14 @@ cdef class Pair:
     cdef uint64_t draft_logits_serial  # ... while the draft context had this serial
     cdef object __weakref__
 
-    def __cinit__(self, ContextHandle target, ContextHandle draft=None, str kind="", config=(1, 0, 0, 0.0),
-                  tuple locks=()):
+    def __cinit__(self, ContextHandle target, ContextHandle draft=None, str kind="", tuple config=(1, 0, 0, 0.0),
+                  tuple locks=(), dict ngram=None):
         self.target_ctx = target
         self.draft_ctx = draft
         self.locks = locks
         cdef e3_spec_info info
-        if draft is not None:
-            self.session = SessionHandle(kind, target, draft, *config)
+        if kind:
+            self.session = SessionHandle(kind, target, draft, config, ngram)
             info = self.session.info
             self.n_seq, self.n_draft_max, self.n_min = info.n_seq, info.n_draft_max, info.n_min
             self.need_embd, self.need_embd_pre_norm = info.need_embd, info.need_embd_pre_norm
@@ -1389,13 +1443,14 @@ cdef class Pair:
 
     cdef int _spec_done(self, int rc, const e3_error * err) except -1:
         # every session call may decode on the draft context: its logits are gone
-        self.draft_ctx.outputs_lost(False)
+        if self.draft_ctx is not None:
+            self.draft_ctx.outputs_lost(False)
         self.has_draft_logits = False
         self._check_remote()  # (a dead server explains a failure best, and may have caused none)
         return _check(rc, err)
 
     cdef int _ready_for_draft_side(self) except -1:
-        if self.draft_ctx.n_views > 0:
+        if self.draft_ctx is not None and self.draft_ctx.n_views > 0:
             raise SessionStateError(
                 "logits views of the draft context are alive; the session would overwrite them. Delete them first")
         return 0
@@ -1469,13 +1524,15 @@ cdef class Pair:
             raise InvalidArgumentError(f"out has {out.shape[0]} elements; drafts can have up to {self.n_draft_max}")
         one = np.array([seq_id, n_past, id_last, 0], dtype=np.int32)
         lengths = self._draft(one[0:1], one[1:2], one[2:3], one[3:4], out, <int32_t> out.shape[0])
-        if lengths[0] > 0:
+        if lengths[0] > 0 and self.draft_ctx is not None:
             self.has_draft_logits, self.draft_logits_serial = True, self.draft_ctx.serial
         return out[:lengths[0]]
 
     def draft_logits(self):
         """A copy of the draft's logits at the last step of the latest one-sequence draft()."""
         dctx = self.draft_ctx
+        if dctx is None:
+            raise SessionStateError("this drafter has no draft model, hence no draft logits")
         if not self.has_draft_logits or dctx.serial != self.draft_logits_serial:
             raise SessionStateError("no draft logits: they are those of the latest draft() of one sequence that "
                                     "drafted something, until the next call on the session or its contexts")

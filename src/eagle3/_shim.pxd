@@ -1,5 +1,6 @@
 # Declarations from shim/eagle3_shim.h and shim/eagle3_engine.h: the C ABI
 # over common/speculative.h and the generation loop.
+from libc.stddef cimport size_t
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 from eagle3._llama cimport ggml_backend_dev_t, llama_batch_ext, llama_context, llama_model, llama_vocab
@@ -7,8 +8,7 @@ from eagle3._llama cimport ggml_backend_dev_t, llama_batch_ext, llama_context, l
 
 cdef extern from "eagle3_shim.h" nogil:
     enum:
-        E3_SPEC_EAGLE3
-        E3_SPEC_MTP
+        E3_SPEC_KIND_COUNT
 
     enum e3_status:
         E3_OK
@@ -31,14 +31,28 @@ cdef extern from "eagle3_shim.h" nogil:
     int32_t e3_max_layers()
     int32_t e3_max_experts()
 
+    ctypedef struct e3_ngram_config:
+        int32_t size_n
+        int32_t size_m
+        int32_t min_hits
+        int32_t n_match
+        int32_t mod_n_min
+        int32_t mod_n_max
+        const char * lookup_cache_static
+        const char * lookup_cache_dynamic
+
     ctypedef struct e3_spec_config:
         uint32_t n_seq
         int32_t n_draft_max
         int32_t n_min
         float p_min
         int32_t kind
+        e3_ngram_config ngram
 
     int e3_spec_check_config(const e3_spec_config * cfg, e3_error * err)
+    const char * e3_spec_kind_key(int32_t kind)
+    void e3_ngram_config_default(e3_ngram_config * out)
+    int e3_vocab_compatible(const llama_model * target, const llama_model * draft, char * why, size_t why_len)
 
     ctypedef struct e3_counters:
         int64_t n_prompt

@@ -2,6 +2,8 @@
 
     eagle3 generate "def fibonacci(n):"          # the shipped pair, EAGLE-3
     eagle3 generate "def f(x):" --compare         # plus plain decoding and the speedup
+    eagle3 generate "..." --target T.gguf --drafter ngram   # n-gram drafts from the text itself
+    eagle3 generate "..." --target T.gguf --drafter draft --draft SMALL.gguf  # a small draft model
     eagle3 bench                                  # speculative vs plain, several draft lengths
     eagle3 check TARGET.gguf DRAFT.gguf           # does the draft fit the target?
     eagle3 convert HF_TARGET HF_DRAFT -o OUT      # Hugging Face checkpoints to GGUF
@@ -49,13 +51,39 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _pair(args: argparse.Namespace) -> tuple[str, str]:
-    if bool(args.target) != bool(args.draft):
-        raise Eagle3Error("give both --target and --draft, or neither (the shipped pair)")
-    if args.target:
-        return args.target, args.draft
-    target, draft = shipped.default_pair()
-    return str(target), str(draft)
+# --drafter: what drafts, and whether it takes a --draft model
+DRAFTERS = {"eagle3": True, "mtp": False, "draft": True,
+            **{f"ngram-{m}": False for m in ("simple", "map-k", "map-k4v", "mod", "cache")}, "ngram": False}
+
+
+def _pair(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The target and draft files: the shipped pair for EAGLE-3 without --target."""
+    needs_draft = DRAFTERS[args.drafter]
+    if args.ngram and not args.drafter.startswith("ngram"):
+        raise Eagle3Error("--ngram sets the parameters of an n-gram drafter (--drafter ngram...)")
+    if not args.target:
+        if args.draft or args.drafter != "eagle3":
+            raise Eagle3Error(f"--drafter {args.drafter} needs --target (only EAGLE-3 has a shipped pair)")
+        target, draft = shipped.default_pair()
+        return str(target), str(draft)
+    if needs_draft and not args.draft:
+        raise Eagle3Error(f"--drafter {args.drafter} needs --draft (its draft model)")
+    if args.draft and not needs_draft:
+        raise Eagle3Error(f"--drafter {args.drafter} takes no --draft")
+    return args.target, args.draft
+
+
+def _ngram_param(value: str) -> tuple[str, str | int]:
+    """``NAME=VALUE``: an n-gram drafter's parameter (integers, or a cache file's path)."""
+    name, sep, text = value.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {value!r}")
+    if name.startswith("lookup_cache"):
+        return name, text
+    try:
+        return name, int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name} takes an integer, got {text!r}") from None
 
 
 def _n_draft(value: str) -> int | str:
@@ -87,21 +115,35 @@ class _Loaded:
         import eagle3
 
         target_path, draft_path = _pair(args)
-        _progress(f"loading {target_path} and {draft_path}")
+        drafter = "ngram-simple" if args.drafter == "ngram" else args.drafter
+        _progress(f"loading {target_path}" + (f" and {draft_path}" if draft_path else "") + f" ({drafter})")
         # --rpc splits the target; the draft, small and run once per drafted
         # token, stays here (a round trip per token would cost more than it saves)
-        self.target_model = eagle3.Model(target_path, args.n_gpu_layers, rpc_servers=args.rpc)
-        self.draft_model = eagle3.Model(draft_path)
+        self.target_model = eagle3.Model(target_path, args.n_gpu_layers, rpc_servers=args.rpc,
+                                         load_mtp=drafter == "mtp")
+        self.draft_model = eagle3.Model(draft_path) if draft_path else None
         self.target = eagle3.Context(self.target_model, n_ctx=args.n_ctx, n_threads=args.threads)
-        self.draft = eagle3.Context(self.draft_model, other=self.target)
-        self.session = eagle3.Eagle3Session(self.target, self.draft, n_draft_max=n_draft_max)
-        # plain decoding gets a context of its own: the session's target also
-        # extracts hidden states for the draft, which plain decoding need not pay for
+        if drafter == "eagle3":
+            self.draft = eagle3.Context(self.draft_model, other=self.target)
+            self.session = eagle3.Eagle3Session(self.target, self.draft, n_draft_max=n_draft_max)
+        elif drafter == "mtp":
+            self.draft = eagle3.Context(self.target_model, ctx_type="mtp", n_ctx=args.n_ctx, n_threads=args.threads)
+            self.session = eagle3.MtpSession(self.target, self.draft, n_draft_max=n_draft_max)
+        elif drafter == "draft":
+            self.draft = eagle3.Context(self.draft_model, n_ctx=args.n_ctx, n_threads=args.threads)
+            self.session = eagle3.DraftSession(self.target, self.draft, n_draft_max=n_draft_max)
+        else:
+            self.session = eagle3.NgramSession(self.target, drafter.removeprefix("ngram-"), n_draft_max=n_draft_max,
+                                               **dict(args.ngram))
+        self.label = f"{self.session._label} ({drafter})" if drafter.startswith("ngram-") else self.session._label
+        # plain decoding gets a context of its own: the session's target may also
+        # extract hidden states for the draft, which plain decoding need not pay for
         self.plain = eagle3.Context(self.target_model, n_ctx=args.n_ctx, n_threads=args.threads)
 
     def close(self) -> None:
         self.target_model.close()
-        self.draft_model.close()
+        if self.draft_model is not None:
+            self.draft_model.close()
 
 
 def _sampling(args: argparse.Namespace) -> dict[str, Any]:
@@ -162,7 +204,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(_jsonable(result), default=_jsonable, indent=2))
             return 0
-        print(f"\n--- {st.n_generated} tokens in {st.t_total_s:.2f} s ({st.tokens_per_s:.1f} tokens/s), EAGLE-3 "
+        print(f"\n--- {st.n_generated} tokens in {st.t_total_s:.2f} s ({st.tokens_per_s:.1f} tokens/s), {loaded.label} "
               f"n_draft_max={n_draft}: acceptance {st.acceptance_rate:.1%}, tau {st.mean_accepted_length:.2f} "
               f"tokens per target pass ({g.finish_reason})", file=sys.stderr)
         if args.compare:
@@ -239,7 +281,7 @@ def _plot(rows: list[dict], path: str) -> None:
     ax.set_xlabel("draft position")
     ax.set_ylabel("rounds accepting this position")
     ax.set_ylim(0, 1)
-    ax.set_title("EAGLE-3 acceptance per draft position")
+    ax.set_title("acceptance per draft position")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -314,7 +356,14 @@ def _rpc_servers(value: str) -> tuple[str, ...]:
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="target model GGUF (default: the shipped pair)")
-    p.add_argument("--draft", help="its EAGLE-3 draft GGUF")
+    p.add_argument("--drafter", choices=list(DRAFTERS), default="eagle3",
+                   help="what drafts: an EAGLE-3 draft (default), the target's MTP heads, a small draft model, or "
+                        "n-grams of the text so far (ngram: ngram-simple)")
+    p.add_argument("--draft", help="the draft GGUF: an EAGLE-3 draft (--drafter eagle3) or a small model of the "
+                                   "target's vocabulary (--drafter draft)")
+    p.add_argument("--ngram", type=_ngram_param, action="append", default=[], metavar="NAME=VALUE",
+                   help="a parameter of the n-gram drafter, as llama.cpp names it (size_n=3, size_m=16, min_hits, "
+                        "n_match, mod_n_min, mod_n_max, lookup_cache_static=FILE, ...); repeatable")
     p.add_argument("--n-ctx", type=_positive, default=2048, help="context size (default 2048)")
     p.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads of every context (default: all usable)")
@@ -341,8 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(llama.cpp {_build_config.LLAMA_CPP_COMMIT})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("generate", help="generate text with EAGLE-3 speculative decoding",
-                       description="Generate a continuation of PROMPT with EAGLE-3 speculative decoding and "
+    p = sub.add_parser("generate", help="generate text with speculative decoding (EAGLE-3 by default)",
+                       description="Generate a continuation of PROMPT with speculative decoding and "
                                    "print it with its statistics (acceptance, tau, tokens/s).")
     p.add_argument("prompt", help="the text to continue ('-': read it from standard input)")
     p.add_argument("-n", "--n-predict", type=_positive, default=128, help="tokens to generate (default 128)")

@@ -43,12 +43,14 @@ class Problem:
 
 @dataclasses.dataclass
 class PairReport:
-    """The result of :func:`check_pair`."""
+    """The result of :func:`check_pair` (or :func:`check_draft_model`)."""
 
     target: str
     draft: str
     facts: dict[str, Any]
     problems: list[Problem]
+    kind: str = "eagle3"
+    """The session kind the draft was checked for."""
 
     @property
     def ok(self) -> bool:
@@ -598,3 +600,20 @@ def check_pair(target: PathOrModel, draft: PathOrModel) -> PairReport:
     rules = _TARGET_RULES + (_DRAFT_RULES if pair.d.arch == "eagle3" else (_draft_architecture,))
     problems = [problem for rule in rules for problem in rule(pair)]
     return PairReport(pair.t.path, pair.d.path, pair.facts(), problems)
+
+
+def check_draft_model(target: Model, draft: Model) -> PairReport:
+    """Check a draft model (for :class:`~eagle3.DraftSession`) against its target, both
+    loaded: llama.cpp's rules for ``draft-simple`` (the same tokenizer type, the same
+    BOS and EOS, vocabulary sizes within 128 tokens, the same text for every token
+    from id 5), read from the loaded vocabularies."""
+    problems = []
+    if draft.architecture == "eagle3":
+        problems.append(Problem("draft-architecture", "this is an EAGLE-3 draft, which drafts from the target's "
+                                "hidden states: use an Eagle3Session"))
+    else:
+        why = _core.vocab_mismatch(target._live(), draft._live())
+        if why is not None:
+            problems.append(Problem("vocabulary", f"the draft's vocabulary does not fit the target's: {why}"))
+    facts = {"target_vocab": target.n_vocab, "draft_vocab": draft.n_vocab}
+    return PairReport(str(target.path), str(draft.path), facts, problems, kind="draft")

@@ -50,7 +50,7 @@ class SessionInitError(Eagle3Error):
     def __init__(self, reason: str | None = None, kind: str = "eagle3"):
         self.reason = reason
         self.kind = kind
-        message = self.default_messages.get(kind, self.default_message)
+        message = self.default_messages.get(kind, f"failed to create the {kind} speculative session")
         super().__init__(f"{message}: {reason}" if reason else message)
 
 
@@ -59,7 +59,7 @@ class IncompatiblePairError(SessionInitError, ValueError):
 
     def __init__(self, report):
         self.report = report
-        super().__init__("; ".join(str(p) for p in report.problems))
+        super().__init__("; ".join(str(p) for p in report.problems), kind=getattr(report, "kind", "eagle3"))
 
 
 class ProcessError(Eagle3Error):

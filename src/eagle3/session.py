@@ -1,20 +1,24 @@
-"""Speculative-decoding sessions: EAGLE-3 and MTP.
+"""Speculative-decoding sessions: every drafter llama.cpp's common/speculative has.
 
 :class:`Eagle3Session` drives **EAGLE-3** speculative decoding
 (``COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3`` in llama.cpp): a target model plus
 a small, separately trained EAGLE-3 draft model that predicts the next tokens
 from hidden states extracted out of the target. :class:`MtpSession` drives
 **MTP**, where the draft heads (NextN layers) live inside the target model.
-Both share one lifecycle and differ only in how the draft context is built:
+:class:`DraftSession` drafts with a separate small model of the target's
+vocabulary (``draft-simple``), and :class:`NgramSession` with no model at all,
+from n-grams of the token history (``ngram-simple``, ``ngram-map-k``,
+``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``). All share one lifecycle
+and one engine, and differ only in what drafts:
 
-================  ================================  ================================
-..                EAGLE-3 (``Eagle3Session``)       MTP (``MtpSession``)
-================  ================================  ================================
-draft weights     a separate EAGLE-3 draft model    the target model itself
-draft context     ``Context(draft_model,            ``Context(target_model,
-                  other=target_ctx)``               ctx_type="mtp")``
-requirement       the draft names 3 target layers   the target has NextN layers
-================  ================================  ================================
+================  ===========================  =======================  =====================  ================
+..                ``Eagle3Session``            ``MtpSession``           ``DraftSession``       ``NgramSession``
+================  ===========================  =======================  =====================  ================
+draft weights     a separate EAGLE-3 model     the target's NextN       a small model of the   none
+                                               layers                   same vocabulary
+draft context     ``Context(draft_model,       ``Context(target_model,  ``Context(draft_model, none
+                  other=target_ctx)``          ctx_type="mtp")``        n_ctx=..., ...)``
+================  ===========================  =======================  =====================  ================
 
 The speculative loop, after each decode on the **target** context::
 
@@ -32,13 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from typing import Any, Iterator
 
 import numpy as np
 
 from eagle3 import _core, _logging, generation, stats
 from eagle3._core import Batch
-from eagle3.compat import check_pair
+from eagle3.compat import check_draft_model, check_pair
 from eagle3.generation import BatchGeneration, Generation, TokenStream
 from eagle3._lifetime import Resource
 from eagle3.context import Context
@@ -73,7 +78,7 @@ class Eagle3SessionConfig:
         """A copy with the draft probability floor set."""
         return dataclasses.replace(self, p_min=p_min)
 
-    def validate(self) -> None:
+    def validate(self, kind: str = "eagle3") -> None:
         """Raise :class:`InvalidConfigError` if a value is out of range."""
         def is_int(v: Any) -> bool:
             return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
@@ -83,23 +88,34 @@ class Eagle3SessionConfig:
                 raise InvalidConfigError(f"{name} must be an integer")
         if not isinstance(self.p_min, (int, float, np.floating)) or isinstance(self.p_min, bool):
             raise InvalidConfigError("p_min must be in [0, 1]")
-        _core.check_session_config(self.n_seq, self.n_draft_max, self.n_min, float(self.p_min))
+        _core.check_session_config(kind, self.n_seq, self.n_draft_max, self.n_min, float(self.p_min))
+
+
+def _config(config, n_seq, n_draft_max, n_min, p_min, kind: str) -> Eagle3SessionConfig:
+    if config is None:
+        config = Eagle3SessionConfig(n_seq, n_draft_max, n_min, p_min)
+    elif not isinstance(config, Eagle3SessionConfig):
+        raise ArgumentTypeError(f"config must be an Eagle3SessionConfig, got {type(config).__name__}")
+    config.validate(kind)
+    return config
 
 
 class _SpeculativeSession(Resource):
-    """The lifecycle shared by EAGLE-3 and MTP sessions."""
+    """The lifecycle every drafter shares. A kind of drafter is a subclass that names
+    its row of the shim's drafter table (``_session_kind``) and checks its contexts."""
 
     _kind = "session"
-    _session_kind = ""  # "eagle3" or "mtp"
+    _session_kind = ""  # a key of _core.SESSION_KINDS
+    _label = ""         # in statistics lines
 
     def __init__(self, target_ctx: Context, draft_ctx: Context, n_seq: int = 1, n_draft_max: int = 3,
                  n_min: int = 0, p_min: float = 0.0, *, config: Eagle3SessionConfig | None = None) -> None:
-        if config is None:
-            config = Eagle3SessionConfig(n_seq, n_draft_max, n_min, p_min)
-        elif not isinstance(config, Eagle3SessionConfig):
-            raise ArgumentTypeError(f"config must be an Eagle3SessionConfig, got {type(config).__name__}")
-        config.validate()
-        for name, ctx in (("target_ctx", target_ctx), ("draft_ctx", draft_ctx)):
+        self._open(target_ctx, draft_ctx, _config(config, n_seq, n_draft_max, n_min, p_min, self._session_kind))
+
+    def _open(self, target_ctx: Context, draft_ctx: Context | None, config: Eagle3SessionConfig,
+              ngram: dict | None = None) -> None:
+        contexts = (("target_ctx", target_ctx),) + ((("draft_ctx", draft_ctx),) if ngram is None else ())
+        for name, ctx in contexts:
             if not isinstance(ctx, Context):
                 raise ArgumentTypeError(f"{name} must be an eagle3.Context, got {type(ctx).__name__}")
         if target_ctx is draft_ctx:
@@ -110,17 +126,20 @@ class _SpeculativeSession(Resource):
         self.target = target_ctx
         self.draft_ctx = draft_ctx
         self._config = config
-        # an MTP draft context has a lock of its own: the session holds both
-        locks = tuple(dict.fromkeys((target_ctx._lock, draft_ctx._lock)))
+        # a draft context of its own (MTP, a draft model) has a lock of its own: the session holds both
+        contexts = (target_ctx,) if draft_ctx is None else (target_ctx, draft_ctx)
+        locks = tuple(dict.fromkeys(ctx._lock for ctx in contexts))
         with self._lock:
-            self._handle = _core.Pair(target_ctx._live(), draft_ctx._live(), self._session_kind,
-                                      (config.n_seq, config.n_draft_max, config.n_min, float(config.p_min)), locks)
+            self._handle = _core.Pair(target_ctx._live(), draft_ctx._live() if draft_ctx is not None else None,
+                                      self._session_kind,
+                                      (config.n_seq, config.n_draft_max, config.n_min, float(config.p_min)), locks,
+                                      ngram)
         self.generation_stats = GenerationStats()
         """The counters of every generate/generate_batch call of this session, summed."""
-        target_ctx._adopt(self)
-        draft_ctx._adopt(self)
+        for ctx in contexts:
+            ctx._adopt(self)
 
-    def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
+    def _check_contexts(self, target_ctx: Context, draft_ctx: Context | None) -> None:
         raise NotImplementedError
 
     @contextlib.contextmanager
@@ -362,7 +381,7 @@ class _SpeculativeSession(Resource):
     def print_stats(self) -> None:
         """Log the speculative statistics (draft and accept counts, timings)
         at INFO level on the ``eagle3`` logger."""
-        line = stats.format_line("EAGLE-3" if self._session_kind == "eagle3" else "MTP", self._counters(None))
+        line = stats.format_line(self._label, self._counters(None))
         _logging.logger.info("%s", line)
         with self._locked() as pair:
             pair.print_upstream_stats()
@@ -390,6 +409,7 @@ class Eagle3Session(_SpeculativeSession):
     """
 
     _session_kind = "eagle3"
+    _label = "EAGLE-3"
 
     def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
         if draft_ctx.ctx_type != "default":
@@ -408,9 +428,110 @@ class MtpSession(_SpeculativeSession):
     """
 
     _session_kind = "mtp"
+    _label = "MTP"
 
     def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
         if draft_ctx.ctx_type != "mtp":
             raise SessionInitError("an MTP session needs a draft context created with ctx_type='mtp'", kind="mtp")
         if target_ctx.ctx_type != "default":
             raise SessionInitError("the target context of an MTP session has ctx_type='default'", kind="mtp")
+
+
+class DraftSession(_SpeculativeSession):
+    """A draft-model session: a separate small model of the target's vocabulary drafts
+    the tokens (llama.cpp's ``draft-simple``).
+
+    ``DraftSession(target_ctx, draft_ctx, n_seq=1, n_draft_max=3, n_min=0, p_min=0.0)``
+    where ``draft_ctx = Context(draft_model, n_ctx=target_ctx.n_ctx,
+    n_batch=target_ctx.n_batch, n_seq_max=n_seq, n_threads=...)``: the draft context has
+    its own threads and sizes (at least the target's ``n_ctx`` and ``n_batch``, and
+    exactly ``n_seq`` sequences). The draft drafts greedily; with ``verify="rejection"``
+    its tokens are drawn from its own distribution and kept with probability min(1, p/q).
+
+    The vocabularies are checked the way llama.cpp checks them (the same tokenizer type,
+    the same BOS and EOS, sizes within 128 tokens, the same text for every token from id
+    5): a draft that does not fit raises :class:`IncompatiblePairError`, whose ``report``
+    says why. A drafted token the target's vocabulary lacks ends the draft there.
+    """
+
+    _session_kind = "draft"
+    _label = "draft model"
+
+    def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
+        if draft_ctx.ctx_type != "default" or target_ctx.ctx_type != "default":
+            raise SessionInitError("a draft-model session takes two contexts with ctx_type='default'", kind="draft")
+        check_draft_model(target_ctx.model, draft_ctx.model).raise_if_incompatible()
+
+
+# NgramSession's methods, and the parameters of each, as llama.cpp names them
+_NGRAM_METHODS = {
+    "simple": ("size_n", "size_m"),
+    "map-k": ("size_n", "size_m", "min_hits"),
+    "map-k4v": ("size_n", "size_m", "min_hits"),
+    "mod": ("n_match", "mod_n_min", "mod_n_max"),
+    "cache": ("lookup_cache_static", "lookup_cache_dynamic"),
+}
+
+
+class NgramSession(_SpeculativeSession):
+    """An n-gram session: drafts come from the token history itself, with no draft model
+    (llama.cpp's n-gram drafters). It pays on text that repeats what came before: code
+    edits, quotes, structured output.
+
+    ``NgramSession(target_ctx, method="simple", n_seq=1, n_draft_max=16, n_min=0, **params)``.
+    The methods and their parameters (llama.cpp's names and defaults,
+    ``_core.NGRAM_DEFAULTS``; its ``--spec-ngram-*`` options):
+
+    - ``"simple"``: the last ``size_n`` tokens (12) are looked up in the history and the
+      ``size_m`` tokens (48) that followed the latest match are the draft;
+    - ``"map-k"`` / ``"map-k4v"``: a map from ``size_n``-grams to the ``size_m``-grams
+      that followed them (k4v keeps up to four), proposed once a key was seen
+      ``min_hits`` times (1);
+    - ``"mod"``: a hashed table of ``n_match``-grams (24) shared by the sequences, drafts
+      of ``mod_n_min`` (48) to ``mod_n_max`` (64) tokens;
+    - ``"cache"``: 1- to 4-gram statistics of the history, and optionally of the
+      ``lookup_cache_static`` / ``lookup_cache_dynamic`` files ``llama-lookup-create``
+      writes (a file that is not one for this vocabulary raises
+      :class:`SessionInitError`).
+
+    Drafts are capped at ``n_draft_max`` (``"auto"`` in :meth:`generate` picks the length,
+    or plain decoding, as it runs). A proposal is deterministic, so ``verify="rejection"``
+    keeps a drafted token x with probability p(x) and otherwise draws from p without x:
+    the same as ``"match"``.
+    """
+
+    _label = "n-gram"
+
+    def __init__(self, target_ctx: Context, method: str = "simple", n_seq: int = 1, n_draft_max: int = 16,
+                 n_min: int = 0, **params) -> None:
+        if not isinstance(method, str) or method not in _NGRAM_METHODS:
+            raise InvalidArgumentError(f"method must be one of {sorted(_NGRAM_METHODS)}, got {method!r}")
+        for name in params:
+            if name not in _NGRAM_METHODS[method]:
+                raise InvalidArgumentError(f"{name!r} is not a parameter of the n-gram method {method!r} (its "
+                                           f"parameters: {', '.join(_NGRAM_METHODS[method])})")
+        for name, value in params.items():
+            if name.startswith("lookup_cache"):
+                if value is not None and not isinstance(value, (str, os.PathLike)):
+                    raise ArgumentTypeError(f"{name} must be a path, got {type(value).__name__}")
+            else:
+                params[name] = as_int(value, name)
+        self.method = method
+        self._session_kind = f"ngram-{method}"
+        self.params = {**{k: v for k, v in _core.NGRAM_DEFAULTS.items() if k in _NGRAM_METHODS[method]}, **params}
+        """The method's parameters, llama.cpp's defaults where not given."""
+        config = _config(None, n_seq, n_draft_max, n_min, 0.0, self._session_kind)
+        _core.check_session_config(self._session_kind, config.n_seq, config.n_draft_max, config.n_min, 0.0, params)
+        self._open(target_ctx, None, config, params)
+
+    def _check_contexts(self, target_ctx: Context, draft_ctx: None) -> None:
+        if target_ctx.ctx_type != "default":
+            raise SessionInitError("the target context of an n-gram session has ctx_type='default'",
+                                   kind=self._session_kind)
+
+    def __repr__(self) -> str:
+        c = self._config
+        state = "closed" if self.closed else "open"
+        params = "".join(f", {k}={v!r}" for k, v in self.params.items())
+        return (f"NgramSession(method={self.method!r}, n_seq={c.n_seq}, n_draft_max={c.n_draft_max}, "
+                f"n_min={c.n_min}{params}, {state})")

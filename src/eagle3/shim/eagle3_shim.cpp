@@ -11,6 +11,7 @@
 #include "common.h"
 #include "log.h"
 #include "speculative.h"
+#include "ngram-cache.h"  // LLAMA_NGRAM_MAX: the n-gram cache file's record
 #include "llama-ext.h"
 #include "llama-cparams.h"  // LLAMA_MAX_SEQ
 #include "llama-hparams.h"  // LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS
@@ -21,8 +22,10 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <new>
 #include <string>
 #include <vector>
@@ -142,15 +145,23 @@ extern "C" int e3_eagle3_target_support(const char * arch) {
 // Session
 // ---------------------------------------------------------------------------
 
+namespace {
+struct drafter_row;
+}
+
 struct e3_spec {
     common_speculative * spec = nullptr;
+    const drafter_row * row = nullptr;  // what this kind of drafter needs
     llama_context * ctx_tgt = nullptr;
     llama_context * ctx_dft = nullptr;
     e3_spec_config cfg{};
     int32_t n_draft_max = 0;  // effective (MTP may clamp the configured value)
     int32_t n_vocab = 0;
 
-    std::vector<llama_tokens> prompts;   // per seq, from begin()
+    // per seq: the tokens at positions 0 .. n_past - 1 of the target, from the
+    // batches process() is handed (the n-gram drafters search it)
+    std::vector<llama_tokens> history;
+    std::vector<size_t> drafter_len;     // per seq: the history's length when the drafter last saw it
     std::vector<llama_tokens> results;   // per seq, scratch for draft()
     std::vector<std::vector<float>> result_p;  // per seq: the probability of each drafted token
     struct draft_sampler {
@@ -163,6 +174,17 @@ struct e3_spec {
     std::vector<e3::tally> tallies;      // per seq
 
     bool seq_ok(int32_t seq_id) const { return seq_id >= 0 && seq_id < (int32_t) cfg.n_seq; }
+
+    // A new history for the drafter of seq_id. The n-gram drafters keep indexes into the
+    // history and assume it only grows from what their begin() saw (map-k aborts when it
+    // shrinks, and keeps an old history's entries): they are emptied first.
+    void restart(int32_t seq_id) {
+        if (!ctx_dft) {
+            common_speculative_begin(spec, seq_id, {});
+        }
+        common_speculative_begin(spec, seq_id, history[seq_id]);
+        drafter_len[seq_id] = history[seq_id].size();
+    }
     int bad_seq(int32_t seq_id, e3_error * err) const { return fail_seq(err, seq_id, (int32_t) cfg.n_seq); }
 
     int check_tokens(const int32_t * tokens, int32_t n, const char * what, e3_error * err) const {
@@ -176,11 +198,205 @@ struct e3_spec {
     }
 };
 
+// ---------------------------------------------------------------------------
+// The drafter table: one row per kind, and the rules a pair of contexts meets
+// ---------------------------------------------------------------------------
+
+namespace {
+
+using context_rule = int (*)(llama_context *, llama_context *, const e3_spec_config &, e3_error *);
+
+struct drafter_row {
+    int32_t kind;
+    common_speculative_type type;
+    const char * key;    // e3_spec_kind_key(): how the Python package names the kind
+    const char * name;   // in messages
+    bool draft_ctx;      // drafts on a context of its own (else from the token history alone)
+    bool hidden_states;  // reads the target's pre-norm hidden states
+    int32_t keep_extra;  // draft-side rows accept() keeps past pos0 + n_accepted
+    context_rule check;  // what this kind asks of the contexts
+};
+
+int check_eagle3(llama_context * tgt, llama_context * dft, const e3_spec_config &, e3_error * err) {
+    // the draft graph reads the target layers its model names: without
+    // them (not an EAGLE-3 model) common/speculative aborts
+    if (llama_model_target_layer_ids_n(llama_get_model(dft)) != 3 || !llama_model_target_layer_ids(llama_get_model(dft))) {
+        return fail(err, E3_ERR_INIT, "the draft model is not an EAGLE-3 draft with 3 target layers");
+    }
+    const llama_context * other = llama_get_ctx_other(dft);
+    if (other != nullptr && other != tgt) {
+        return fail(err, E3_ERR_INIT, "the draft context was created against a different target context (ctx_other)");
+    }
+    return E3_OK;
+}
+
+int check_mtp(llama_context * tgt, llama_context * dft, const e3_spec_config &, e3_error * err) {
+    const llama_model * model_tgt = llama_get_model(tgt);
+    const llama_model * model_dft = llama_get_model(dft);
+    if (llama_model_n_layer_nextn(model_dft) <= 0) {
+        return fail(err, E3_ERR_INIT,
+                    "the model has no NextN (MTP) layers; MTP needs a model with nextn_predict_layers > 0 loaded "
+                    "with load_mtp=True");
+    }
+    if (llama_model_n_embd_out(model_dft) != llama_model_n_embd_out(model_tgt)) {
+        return fail(err, E3_ERR_INIT, "MTP hidden sizes differ: target %d, draft %d",
+                    llama_model_n_embd_out(model_tgt), llama_model_n_embd_out(model_dft));
+    }
+    return E3_OK;
+}
+
+int check_draft_model(llama_context * tgt, llama_context * dft, const e3_spec_config & cfg, e3_error * err) {
+    if (llama_model_target_layer_ids_n(llama_get_model(dft)) > 0) {
+        return fail(err, E3_ERR_INIT, "the draft model is an EAGLE-3 draft, which drafts from the target's hidden "
+                    "states: use an EAGLE-3 session for it");
+    }
+    char why[512];
+    if (!e3_vocab_compatible(llama_get_model(tgt), llama_get_model(dft), why, sizeof(why))) {
+        return fail(err, E3_ERR_INIT, "the draft model's vocabulary does not fit the target's: %s", why);
+    }
+    if (llama_n_seq_max(dft) != cfg.n_seq) {  // draft-simple decodes every sequence on its context
+        return fail(err, E3_ERR_INIT, "the draft context has n_seq_max=%u; a draft model session of n_seq=%u needs "
+                    "exactly that many", llama_n_seq_max(dft), cfg.n_seq);
+    }
+    return E3_OK;
+}
+
+// An n-gram cache file as llama.cpp writes it (common_ngram_cache_save): records of
+// LLAMA_NGRAM_MAX tokens, a count n > 0, and n (token, count > 0) pairs. Its
+// loader asserts on anything else, so the file is read here first.
+int check_ngram_cache_file(const char * path, int32_t n_vocab, e3_error * err) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        return fail(err, E3_ERR_INIT, "cannot open the n-gram cache file '%s'", path);
+    }
+    auto token_ok = [&](int32_t t, bool null_ok) { return (null_ok && t == LLAMA_TOKEN_NULL) || (t >= 0 && t < n_vocab); };
+    int32_t ngram[LLAMA_NGRAM_MAX];
+    uint64_t n_records = 0;
+    while (in.read(reinterpret_cast<char *>(ngram), sizeof(ngram))) {
+        int32_t n = 0;
+        bool ok = (bool) in.read(reinterpret_cast<char *>(&n), sizeof(n)) && n > 0;
+        for (int32_t t : ngram) {
+            ok = ok && token_ok(t, true);
+        }
+        for (int32_t i = 0; ok && i < n; ++i) {
+            int32_t pair[2];
+            ok = in.read(reinterpret_cast<char *>(pair), sizeof(pair)) && token_ok(pair[0], false) && pair[1] > 0;
+        }
+        if (!ok) {
+            return fail(err, E3_ERR_INIT, "the n-gram cache file '%s' is not one for this vocabulary (record %llu is "
+                        "truncated, or holds a token outside 0..%d or a count <= 0)", path,
+                        (unsigned long long) n_records, (int) n_vocab - 1);
+        }
+        n_records++;
+    }
+    if (in.gcount() != 0) {
+        return fail(err, E3_ERR_INIT, "the n-gram cache file '%s' ends inside a record", path);
+    }
+    if (!in.eof()) {  // (a directory opens, and cannot be read)
+        return fail(err, E3_ERR_INIT, "cannot read the n-gram cache file '%s'", path);
+    }
+    return E3_OK;
+}
+
+int check_ngram(llama_context * tgt, llama_context *, const e3_spec_config & cfg, e3_error * err) {
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(tgt)));
+    for (const char * path : {cfg.ngram.lookup_cache_static, cfg.ngram.lookup_cache_dynamic}) {
+        if (cfg.kind == E3_SPEC_NGRAM_CACHE && path && path[0]) {
+            if (int rc = check_ngram_cache_file(path, n_vocab, err)) {
+                return rc;
+            }
+        }
+    }
+    return E3_OK;
+}
+
+constexpr drafter_row drafters[] = {
+//  kind                   llama.cpp type                          key              name             draft   hidden keep  rule
+    {E3_SPEC_EAGLE3,        COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3,   "eagle3",        "EAGLE-3",       true,  true,  0, check_eagle3},
+    {E3_SPEC_MTP,           COMMON_SPECULATIVE_TYPE_DRAFT_MTP,      "mtp",           "MTP",           true,  true,  1, check_mtp},
+    {E3_SPEC_DRAFT,         COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE,   "draft",         "draft-model",   true,  false, 1, check_draft_model},
+    {E3_SPEC_NGRAM_SIMPLE,  COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE,   "ngram-simple",  "ngram-simple",  false, false, 0, check_ngram},
+    {E3_SPEC_NGRAM_MAP_K,   COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K,    "ngram-map-k",   "ngram-map-k",   false, false, 0, check_ngram},
+    {E3_SPEC_NGRAM_MAP_K4V, COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K4V,  "ngram-map-k4v", "ngram-map-k4v", false, false, 0, check_ngram},
+    {E3_SPEC_NGRAM_MOD,     COMMON_SPECULATIVE_TYPE_NGRAM_MOD,      "ngram-mod",     "ngram-mod",     false, false, 0, check_ngram},
+    {E3_SPEC_NGRAM_CACHE,   COMMON_SPECULATIVE_TYPE_NGRAM_CACHE,    "ngram-cache",   "ngram-cache",   false, false, 0, check_ngram},
+};
+static_assert(sizeof(drafters) / sizeof(drafters[0]) == E3_SPEC_KIND_COUNT, "one row per e3_spec_kind");
+
+const drafter_row * find_drafter(int32_t kind) {
+    for (const drafter_row & row : drafters) {
+        if (row.kind == kind) {
+            return &row;
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+extern "C" const char * e3_spec_kind_key(int32_t kind) {
+    const drafter_row * row = find_drafter(kind);
+    return row ? row->key : nullptr;
+}
+
+extern "C" void e3_ngram_config_default(e3_ngram_config * out) {
+    const common_params_speculative d;
+    out->size_n = d.ngram_simple.size_n;
+    out->size_m = d.ngram_simple.size_m;
+    out->min_hits = d.ngram_simple.min_hits;
+    out->n_match = d.ngram_mod.n_match;
+    out->mod_n_min = d.ngram_mod.n_min;
+    out->mod_n_max = d.ngram_mod.n_max;
+    out->lookup_cache_static = nullptr;
+    out->lookup_cache_dynamic = nullptr;
+}
+
+extern "C" int e3_vocab_compatible(const llama_model * target, const llama_model * draft, char * why, size_t why_len) {
+    // the rules of common_speculative_are_compatible (common/speculative.cpp), which
+    // draft-simple applies when it is created
+    const llama_vocab * vt = llama_model_get_vocab(target);
+    const llama_vocab * vd = llama_model_get_vocab(draft);
+    auto no = [&](const char * fmt, auto... args) {
+        if (why && why_len) {
+            std::snprintf(why, why_len, fmt, args...);
+        }
+        return 0;
+    };
+    if (llama_vocab_type(vt) != llama_vocab_type(vd)) {
+        return no("tokenizer types differ (target %d, draft %d)", (int) llama_vocab_type(vt), (int) llama_vocab_type(vd));
+    }
+    const bool bos = llama_vocab_get_add_bos(vt);
+    if (bos != llama_vocab_get_add_bos(vd) || (bos && llama_vocab_bos(vt) != llama_vocab_bos(vd))) {
+        return no("BOS differs (target adds %d, id %d; draft adds %d, id %d)", (int) bos, (int) llama_vocab_bos(vt),
+                  (int) llama_vocab_get_add_bos(vd), (int) llama_vocab_bos(vd));
+    }
+    const bool eos = llama_vocab_get_add_eos(vt);
+    if (eos != llama_vocab_get_add_eos(vd) || (eos && llama_vocab_eos(vt) != llama_vocab_eos(vd))) {
+        return no("EOS differs (target adds %d, id %d; draft adds %d, id %d)", (int) eos, (int) llama_vocab_eos(vt),
+                  (int) llama_vocab_get_add_eos(vd), (int) llama_vocab_eos(vd));
+    }
+    constexpr int max_size_difference = 128;  // SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+    constexpr int first_checked_id = 5;       // SPEC_VOCAB_CHECK_START_TOKEN_ID
+    const int nt = llama_vocab_n_tokens(vt);
+    const int nd = llama_vocab_n_tokens(vd);
+    if (std::abs(nt - nd) > max_size_difference) {
+        return no("sizes differ by more than %d (target %d tokens, draft %d)", max_size_difference, nt, nd);
+    }
+    for (int i = first_checked_id; i < std::min(nt, nd); ++i) {
+        if (std::strcmp(llama_vocab_get_text(vt, i), llama_vocab_get_text(vd, i)) != 0) {
+            return no("token %d differs (target '%s', draft '%s')", i, llama_vocab_get_text(vt, i),
+                      llama_vocab_get_text(vd, i));
+        }
+    }
+    return 1;
+}
+
 extern "C" int e3_spec_check_config(const e3_spec_config * cfg, e3_error * err) {
     if (!cfg) {
         return fail(err, E3_ERR_CONFIG, "no session config given");
     }
-    if (cfg->kind != E3_SPEC_EAGLE3 && cfg->kind != E3_SPEC_MTP) {
+    const drafter_row * row = find_drafter(cfg->kind);
+    if (!row) {
         return fail(err, E3_ERR_CONFIG, "unknown session kind %d", (int) cfg->kind);
     }
     if (cfg->n_seq == 0) {
@@ -201,16 +417,38 @@ extern "C" int e3_spec_check_config(const e3_spec_config * cfg, e3_error * err) 
     if (!(cfg->p_min >= 0.0f && cfg->p_min <= 1.0f)) {
         return fail(err, E3_ERR_CONFIG, "p_min must be in [0, 1]");
     }
+    if (row->draft_ctx) {
+        return E3_OK;
+    }
+    // the n-gram drafters' own parameters, with llama.cpp's ranges (common/arg.cpp)
+    const e3_ngram_config & g = cfg->ngram;
+    const struct { int32_t value, lo, hi; const char * name; } ranges[] = {
+        {g.size_n, 1, 1024, "size_n"},       {g.size_m, 1, 1024, "size_m"},
+        {g.min_hits, 1, 65535, "min_hits"},  {g.n_match, 1, 1024, "n_match"},
+        {g.mod_n_min, 0, 1024, "mod_n_min"}, {g.mod_n_max, 0, 1024, "mod_n_max"},
+    };
+    for (const auto & r : ranges) {
+        if (r.value < r.lo || r.value > r.hi) {
+            return fail(err, E3_ERR_CONFIG, "%s must be in [%d, %d], got %d", r.name, (int) r.lo, (int) r.hi,
+                        (int) r.value);
+        }
+    }
     return E3_OK;
 }
 
-// The rules a pair of contexts must meet, each a small check on what the
-// contexts were created with. (What the model files say is eagle3.compat's.)
+// The rules every pair of contexts meets, then its kind's own.
 namespace {
 
-int check_distinct(llama_context * tgt, llama_context * dft, const e3_spec_config &, e3_error * err) {
-    if (!tgt || !dft) {
-        return fail(err, E3_ERR_INIT, "both a target and a draft context are required");
+int check_distinct(llama_context * tgt, llama_context * dft, const e3_spec_config & cfg, e3_error * err) {
+    const drafter_row & row = *find_drafter(cfg.kind);
+    if (!tgt) {
+        return fail(err, E3_ERR_INIT, "a target context is required");
+    }
+    if (!row.draft_ctx) {
+        return dft ? fail(err, E3_ERR_INIT, "the %s drafter has no draft context: pass none", row.name) : E3_OK;
+    }
+    if (!dft) {
+        return fail(err, E3_ERR_INIT, "the %s drafter needs a draft context", row.name);
     }
     if (tgt == dft) {
         return fail(err, E3_ERR_INIT, "the draft context must be a different context than the target");
@@ -220,21 +458,21 @@ int check_distinct(llama_context * tgt, llama_context * dft, const e3_spec_confi
 
 int check_sizes(llama_context * tgt, llama_context * dft, const e3_spec_config & cfg, e3_error * err) {
     const uint32_t n_seq_tgt = llama_n_seq_max(tgt);
-    const uint32_t n_seq_dft = llama_n_seq_max(dft);
+    const uint32_t n_seq_dft = dft ? llama_n_seq_max(dft) : n_seq_tgt;
     if (cfg.n_seq > n_seq_tgt || cfg.n_seq > n_seq_dft) {
         return fail(err, E3_ERR_INIT,
-                    "n_seq=%u exceeds the contexts' n_seq_max (target %u, draft %u); create both contexts with "
+                    "n_seq=%u exceeds the contexts' n_seq_max (target %u, draft %u); create the contexts with "
                     "n_seq_max >= %u",
                     cfg.n_seq, n_seq_tgt, n_seq_dft, cfg.n_seq);
     }
     const uint32_t n_batch_tgt = llama_n_batch(tgt);
-    if (llama_n_batch(dft) < n_batch_tgt) {
+    if (dft && llama_n_batch(dft) < n_batch_tgt) {
         return fail(err, E3_ERR_INIT,
                     "the draft context's n_batch (%u) is smaller than the target's (%u); create the draft context "
                     "with the target's n_ctx and n_batch",
                     llama_n_batch(dft), n_batch_tgt);
     }
-    if (llama_n_ctx(dft) < llama_n_ctx(tgt)) {
+    if (dft && llama_n_ctx(dft) < llama_n_ctx(tgt)) {
         return fail(err, E3_ERR_INIT, "the draft context's n_ctx (%u) is smaller than the target's (%u)",
                     llama_n_ctx(dft), llama_n_ctx(tgt));
     }
@@ -261,34 +499,9 @@ int check_rollback(llama_context * tgt, llama_context *, const e3_spec_config &,
 }
 
 int check_kind(llama_context * tgt, llama_context * dft, const e3_spec_config & cfg, e3_error * err) {
-    const llama_model * model_tgt = llama_get_model(tgt);
-    const llama_model * model_dft = llama_get_model(dft);
-    if (cfg.kind == E3_SPEC_EAGLE3) {
-        // the draft graph reads the target layers its model names: without
-        // them (not an EAGLE-3 model) common/speculative aborts
-        if (llama_model_target_layer_ids_n(model_dft) != 3 || !llama_model_target_layer_ids(model_dft)) {
-            return fail(err, E3_ERR_INIT, "the draft model is not an EAGLE-3 draft with 3 target layers");
-        }
-        const llama_context * other = llama_get_ctx_other(dft);
-        if (other != nullptr && other != tgt) {
-            return fail(err, E3_ERR_INIT,
-                        "the draft context was created against a different target context (ctx_other)");
-        }
-        return E3_OK;
-    }
-    if (llama_model_n_layer_nextn(model_dft) <= 0) {
-        return fail(err, E3_ERR_INIT,
-                    "the model has no NextN (MTP) layers; MTP needs a model with nextn_predict_layers > 0 loaded "
-                    "with load_mtp=True");
-    }
-    if (llama_model_n_embd_out(model_dft) != llama_model_n_embd_out(model_tgt)) {
-        return fail(err, E3_ERR_INIT, "MTP hidden sizes differ: target %d, draft %d",
-                    llama_model_n_embd_out(model_tgt), llama_model_n_embd_out(model_dft));
-    }
-    return E3_OK;
+    return find_drafter(cfg.kind)->check(tgt, dft, cfg, err);
 }
 
-using context_rule = int (*)(llama_context *, llama_context *, const e3_spec_config &, e3_error *);
 constexpr context_rule context_rules[] = {check_distinct, check_sizes, check_rollback, check_kind};
 
 int check_contexts(llama_context * tgt, llama_context * dft, const e3_spec_config & cfg, e3_error * err) {
@@ -300,17 +513,31 @@ int check_contexts(llama_context * tgt, llama_context * dft, const e3_spec_confi
     return E3_OK;
 }
 
-e3_spec * make_spec(llama_context * ctx_tgt, llama_context * ctx_dft, const e3_spec_config & cfg, e3_error * err) {
+common_params_speculative spec_params(llama_context * ctx_tgt, llama_context * ctx_dft, const e3_spec_config & cfg) {
     common_params_speculative params;
-    params.types = {cfg.kind == E3_SPEC_EAGLE3 ? COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3
-                                               : COMMON_SPECULATIVE_TYPE_DRAFT_MTP};
+    params.types = {find_drafter(cfg.kind)->type};
     params.draft.ctx_tgt = ctx_tgt;
     params.draft.ctx_dft = ctx_dft;
     params.draft.n_max = cfg.n_draft_max;
     params.draft.n_min = cfg.n_min;
     params.draft.p_min = cfg.p_min;
     params.draft.backend_sampling = false;
+    const e3_ngram_config & g = cfg.ngram;
+    for (common_params_speculative_ngram_map * m : {&params.ngram_simple, &params.ngram_map_k, &params.ngram_map_k4v}) {
+        m->size_n = (uint16_t) g.size_n;
+        m->size_m = (uint16_t) g.size_m;
+        m->min_hits = (uint16_t) g.min_hits;
+    }
+    params.ngram_mod.n_match = g.n_match;
+    params.ngram_mod.n_min = g.mod_n_min;
+    params.ngram_mod.n_max = g.mod_n_max;
+    params.ngram_cache.lookup_cache_static = g.lookup_cache_static ? g.lookup_cache_static : "";
+    params.ngram_cache.lookup_cache_dynamic = g.lookup_cache_dynamic ? g.lookup_cache_dynamic : "";
+    return params;
+}
 
+e3_spec * make_spec(llama_context * ctx_tgt, llama_context * ctx_dft, const e3_spec_config & cfg, e3_error * err) {
+    common_params_speculative params = spec_params(ctx_tgt, ctx_dft, cfg);
     common_speculative * spec = common_speculative_init(params, cfg.n_seq);
     if (!spec) {
         fail(err, E3_ERR_INIT, "llama.cpp created no speculative implementation for these contexts");
@@ -318,12 +545,15 @@ e3_spec * make_spec(llama_context * ctx_tgt, llama_context * ctx_dft, const e3_s
     }
     auto * s = new e3_spec;
     s->spec = spec;
+    s->row = find_drafter(cfg.kind);
     s->ctx_tgt = ctx_tgt;
     s->ctx_dft = ctx_dft;
     s->cfg = cfg;
+    s->cfg.ngram.lookup_cache_static = s->cfg.ngram.lookup_cache_dynamic = nullptr;  // read once, not kept
     s->n_draft_max = std::min<int32_t>(cfg.n_draft_max, common_speculative_n_max(spec));
     s->n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx_tgt)));
-    s->prompts.assign(cfg.n_seq, {});
+    s->history.assign(cfg.n_seq, {});
+    s->drafter_len.assign(cfg.n_seq, 0);
     s->results.assign(cfg.n_seq, {});
     s->result_p.assign(cfg.n_seq, {});
     s->samplers.assign(cfg.n_seq, {});
@@ -372,10 +602,10 @@ extern "C" void e3_spec_get_info(const e3_spec * s, e3_spec_info * out) {
     out->n_seq = (int32_t) s->cfg.n_seq;
     out->n_draft_max = s->n_draft_max;
     out->n_min = s->cfg.n_min;
-    // both drafters read pre-norm hidden states of the target, which
+    // EAGLE-3 and MTP read pre-norm hidden states of the target, which
     // common_speculative_init turned on (llama_set_embeddings_layer_inp/_nextn)
     out->need_embd = 0;
-    out->need_embd_pre_norm = 1;
+    out->need_embd_pre_norm = s->row->hidden_states ? 1 : 0;
 }
 
 #define E3_GUARD(where)                                                   \
@@ -408,9 +638,9 @@ extern "C" int e3_spec_begin(e3_spec * s, int32_t seq_id, const int32_t * prompt
         return rc;
     }
     try {
-        s->prompts[seq_id].assign(prompt, prompt + n_prompt);
+        s->history[seq_id].assign(prompt, prompt + n_prompt);
         s->pending[seq_id] = -1;
-        common_speculative_begin(s->spec, seq_id, s->prompts[seq_id]);
+        s->restart(seq_id);
     }
     E3_GUARD("begin")
     return E3_OK;
@@ -421,7 +651,8 @@ static int check_process_batch(const e3_spec * s, int32_t n_tokens, const int32_
     if (n_tokens < 0 || (n_tokens > 0 && (!tokens || !pos || !seq_ids))) {
         return fail(err, E3_ERR_ARG, "invalid batch");
     }
-    const int32_t n_batch = (int32_t) std::min(llama_n_batch(s->ctx_tgt), llama_n_batch(s->ctx_dft));
+    const int32_t n_batch = (int32_t) (s->ctx_dft ? std::min(llama_n_batch(s->ctx_tgt), llama_n_batch(s->ctx_dft))
+                                                  : llama_n_batch(s->ctx_tgt));
     if (n_tokens > n_batch) {
         return fail(err, E3_ERR_ARG, "the batch has %d entries, more than n_batch = %d", (int) n_tokens,
                     (int) n_batch);
@@ -460,6 +691,12 @@ extern "C" int e3_spec_process(e3_spec * s, int32_t n_tokens, const int32_t * to
         batch.tokens.reserve(n_tokens);
         for (int32_t i = 0; i < n_tokens; ++i) {
             batch.add(tokens[i], pos[i], seq_ids[i], false);
+            // a position the history holds already is a rewrite (the rows of rejected drafts)
+            auto & history = s->history[seq_ids[i]];
+            if (pos[i] >= 0 && (size_t) pos[i] <= history.size()) {
+                history.resize(pos[i]);
+                history.push_back(tokens[i]);
+            }
         }
         const auto t0 = clock_type::now();
         const bool ok = common_speculative_process(s->spec, batch);
@@ -541,7 +778,17 @@ extern "C" int e3_spec_draft(e3_spec * s, int32_t n_req, const int32_t * seq_ids
             dp.n_max = cap;
             dp.pos0 = n_past[i];
             dp.id_last = id_last[i];
-            dp.prompt = &s->prompts[seq];
+            // the history holds the tokens before n_past (fewer when the caller skipped
+            // begin() or accept(): the n-gram drafters then see less of it)
+            auto & history = s->history[seq];
+            if ((int32_t) history.size() > n_past[i]) {
+                history.resize(n_past[i]);
+            }
+            if (!s->ctx_dft && history.size() < s->drafter_len[seq]) {
+                s->restart(seq);  // the caller went back: the n-gram drafter starts over
+            }
+            s->drafter_len[seq] = history.size();
+            dp.prompt = &history;
             dp.result = &result;
             dp.result_p = &s->result_p[seq];
             dp.sample = s->samplers[seq].fn;
@@ -551,15 +798,26 @@ extern "C" int e3_spec_draft(e3_spec * s, int32_t n_req, const int32_t * seq_ids
         common_speculative_draft(s->spec);
         const double dt = seconds_since(t0);
 
-        llama_memory_t mem_dft = llama_get_memory(s->ctx_dft);
         for (int32_t i = 0; i < n_req; ++i) {
             const int32_t seq = seq_ids[i];
             const auto & result = s->results[seq];
-            // drop what drafting wrote at and after n_past: the verify batch's
-            // process() writes those positions (EAGLE-3 keeps its seed row at n_past - 1)
-            llama_memory_seq_rm(mem_dft, seq, n_past[i], -1);
+            if (s->ctx_dft) {
+                // drop what drafting wrote at and after n_past: the verify batch's
+                // process() writes those positions (EAGLE-3 keeps its seed row at n_past - 1)
+                llama_memory_seq_rm(llama_get_memory(s->ctx_dft), seq, n_past[i], -1);
+            }
             s->pending_pos0[seq] = n_past[i];
-            const int32_t n = (int32_t) std::min<size_t>(result.size(), (size_t) s->n_draft_max);
+            // a draft model's vocabulary may be larger than the target's: its draft
+            // ends before the first token the target does not have
+            int32_t n = (int32_t) std::min<size_t>(result.size(), (size_t) s->n_draft_max);
+            for (int32_t k = 0; k < n; ++k) {
+                if (result[k] < 0 || result[k] >= s->n_vocab) {
+                    n = k;
+                }
+            }
+            if (n < s->cfg.n_min) {
+                n = 0;  // (the n-gram drafters do not apply n_min themselves)
+            }
             std::memcpy(out + (size_t) i * out_stride, result.data(), (size_t) n * sizeof(int32_t));
             out_len[i] = n;
             s->pending[seq] = n;
@@ -602,8 +860,10 @@ extern "C" int e3_spec_accept(e3_spec * s, int32_t seq_id, int32_t n_accepted, e
         // drop the draft-side rows of rejected tokens. EAGLE-3 also drops the
         // row at the new n_past - 1: its pair holds a rejected token, and the
         // next draft() or process() rewrites it
-        const int32_t keep = s->pending_pos0[seq_id] + n_accepted + (s->cfg.kind == E3_SPEC_EAGLE3 ? 0 : 1);
-        llama_memory_seq_rm(llama_get_memory(s->ctx_dft), seq_id, keep, -1);
+        if (s->ctx_dft) {
+            const int32_t keep = s->pending_pos0[seq_id] + n_accepted + s->row->keep_extra;
+            llama_memory_seq_rm(llama_get_memory(s->ctx_dft), seq_id, keep, -1);
+        }
         auto & t = s->tallies[seq_id];
         t.c.t_accept_s += seconds_since(t0);
         t.add_round(pending, n_accepted);
@@ -618,8 +878,10 @@ extern "C" int e3_spec_reset_seq(e3_spec * s, int32_t seq_id) {
         return E3_ERR_SEQ;
     }
     s->pending[seq_id] = -1;
-    s->prompts[seq_id].clear();
-    llama_memory_seq_rm(llama_get_memory(s->ctx_dft), seq_id, -1, -1);
+    s->history[seq_id].clear();
+    if (s->ctx_dft) {
+        llama_memory_seq_rm(llama_get_memory(s->ctx_dft), seq_id, -1, -1);
+    }
     return E3_OK;
 }
 

@@ -23,9 +23,19 @@
 extern "C" {
 #endif
 
+/* The drafters: llama.cpp's common_speculative types a session can run. What
+ * each needs (a draft context, the target's hidden states) is one row of the
+ * drafter table in eagle3_shim.cpp. */
 enum e3_spec_kind {
-    E3_SPEC_EAGLE3 = 0, /* separate EAGLE-3 draft model fed with target hidden states */
-    E3_SPEC_MTP    = 1, /* NextN (multi-token prediction) heads inside the target */
+    E3_SPEC_EAGLE3          = 0, /* separate EAGLE-3 draft model fed with target hidden states */
+    E3_SPEC_MTP             = 1, /* NextN (multi-token prediction) heads inside the target */
+    E3_SPEC_DRAFT           = 2, /* a separate small model of the target's vocabulary (draft-simple) */
+    E3_SPEC_NGRAM_SIMPLE    = 3, /* n-gram lookup in the token history, no draft model */
+    E3_SPEC_NGRAM_MAP_K     = 4, /* n-gram keys mapped to the m-grams that followed them */
+    E3_SPEC_NGRAM_MAP_K4V   = 5, /* the same, keeping up to 4 m-grams per key */
+    E3_SPEC_NGRAM_MOD       = 6, /* a hashed n-gram table shared by the sequences */
+    E3_SPEC_NGRAM_CACHE     = 7, /* 1..4-gram statistics of the history, with optional cache files */
+    E3_SPEC_KIND_COUNT
 };
 
 enum e3_status {
@@ -54,13 +64,40 @@ int32_t e3_max_seq(void);
 int32_t e3_max_layers(void);
 int32_t e3_max_experts(void);
 
+/* The n-gram drafters' own parameters, named as llama.cpp names them (its
+ * --spec-ngram-* options and common_params_speculative_ngram_*), with its ranges. */
+typedef struct e3_ngram_config {
+    int32_t size_n;    /* simple, map-k, map-k4v: length of the n-gram looked up, 1..1024 */
+    int32_t size_m;    /* ... and of the m-gram drafted after it, 1..1024 */
+    int32_t min_hits;  /* ... and how often a key must have been seen, 1..65535 */
+    int32_t n_match;   /* mod: lookup length, 1..1024 */
+    int32_t mod_n_min; /* mod: drafts shorter than this are dropped, 0..1024 */
+    int32_t mod_n_max; /* mod: longest draft, 0..1024 */
+    const char * lookup_cache_static;  /* cache: n-gram cache files (llama-lookup-create's), NULL or "": none */
+    const char * lookup_cache_dynamic;
+} e3_ngram_config;
+
 typedef struct e3_spec_config {
     uint32_t n_seq;       /* number of sequences the session tracks, 1..e3_max_seq() */
     int32_t  n_draft_max; /* maximum draft length per draft call, 1..65535 */
     int32_t  n_min;       /* drafts shorter than this are dropped, 0..n_draft_max */
     float    p_min;       /* stop drafting below this top-candidate probability, 0..1 */
     int32_t  kind;        /* enum e3_spec_kind */
+    e3_ngram_config ngram;  /* the n-gram kinds' parameters; ignored by the others */
 } e3_spec_config;
+
+/* The kind's name in the Python package ("eagle3", "mtp", "draft", "ngram-simple",
+ * ...), or NULL for a kind that does not exist. */
+const char * e3_spec_kind_key(int32_t kind);
+
+/* llama.cpp's defaults for the n-gram parameters. */
+void e3_ngram_config_default(e3_ngram_config * out);
+
+/* Whether a draft model's vocabulary fits the target's, by llama.cpp's rules for
+ * draft-simple (same type, the same add-BOS/EOS tokens, sizes within 128 of each
+ * other, the same text for every token from id 5): 1, or 0 with the reason in why. */
+int e3_vocab_compatible(const struct llama_model * target, const struct llama_model * draft, char * why,
+                        size_t why_len);
 
 /* E3_OK, or E3_ERR_CONFIG with the value that is out of range. */
 int e3_spec_check_config(const e3_spec_config * cfg, e3_error * err);
@@ -110,9 +147,10 @@ typedef struct e3_spec_info {
 } e3_spec_info;
 
 /* Creates a session over a target context and a draft context (the EAGLE-3
- * draft context, or the MTP context of the target model). Returns NULL on
- * failure. Create it before the first target decode whose batch will be
- * passed to e3_spec_process(). */
+ * draft context, the MTP context of the target model, or a draft model's
+ * context; NULL for the n-gram kinds, which draft from the token history).
+ * Returns NULL on failure. Create it before the first target decode whose
+ * batch will be passed to e3_spec_process(). */
 e3_spec * e3_spec_create(struct llama_context * ctx_tgt, struct llama_context * ctx_dft,
                          const e3_spec_config * cfg, e3_error * err);
 
@@ -121,7 +159,9 @@ void e3_spec_free(e3_spec * spec);
 
 void e3_spec_get_info(const e3_spec * spec, e3_spec_info * out);
 
-/* Optional: the prompt just decoded into the target for seq_id. */
+/* The prompt just decoded into the target for seq_id: a new generation. The
+ * session keeps each sequence's token history (the n-gram drafters search it)
+ * from this and from the batches e3_spec_process() is handed. */
 int e3_spec_begin(e3_spec * spec, int32_t seq_id, const int32_t * prompt, int32_t n_prompt, e3_error * err);
 
 /* Hands the session the batch that was just decoded on the target context:
