@@ -62,7 +62,7 @@ def decode_speed(g) -> float:
 
 def stock_speed(binary, target, prompt, n, threads, extra) -> float:
     cmd = [str(binary), "-m", str(target), "-p", prompt, "-n", str(n), "-t", str(threads), "--temp", "0",
-           "-c", "2048", "--no-warmup", *extra]
+           "-c", "2048", *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     found = re.search(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s", out.stderr + out.stdout)
     if not found:
@@ -107,7 +107,8 @@ def main() -> None:
         extra_models.append(dm)
         dctx = eagle3.Context(dm, **kw)
         drafters.append(Drafter("draft model", eagle3.DraftSession(tctx, dctx, n_draft_max=k),
-                                ["-md", args.draft, "--spec-draft-n-max", str(k), "-td", str(args.threads)]))
+                                ["-md", args.draft, "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "-td",
+                                 str(args.threads)]))
     if args.eagle3:
         em = eagle3.Model(args.eagle3)
         extra_models.append(em)

@@ -337,3 +337,35 @@ def test_sampled_output_follows_the_targets_distribution(models, draft_models, d
     assert stats.n_drafted > n_samples // 2 and 0.1 < stats.acceptance_rate < 0.95, stats
     p_same = homogeneity_p(speculative, plain)
     assert p_same > 1e-3, f"{drafter}: speculative and plain sampling differ (p = {p_same:.2e})"
+
+
+def test_a_start_refused_or_failed_after_changing_the_contexts(chain, tmp_path):
+    """A start the checks refuse changes nothing (a stream in progress goes on); one that
+    fails once it has changed the contexts ends the stream in progress."""
+    import gguf
+    from gguf_edit import rewrite
+
+    target, _ = chain
+    reader = gguf.GGUFReader(str(target.path))
+    embd = np.array(next(t for t in reader.tensors if t.name == "token_embd.weight").data, np.float32)
+    embd[7] = np.nan  # token 7 poisons every logit after it
+    poisoned = rewrite(target.path, tmp_path / "poisoned.gguf", set_tensors={"token_embd.weight": embd})
+    with eagle3.Model(poisoned) as model, eagle3.Context(model, n_ctx=128) as tctx, \
+            eagle3.NgramSession(tctx, "simple", n_draft_max=4, size_n=2, size_m=4) as session:
+        stream = session.stream([1, 2, 3], 16)
+        first = next(stream)
+        # refused by the checks: every token banned, or a grammar with no first token
+        with pytest.raises(eagle3.InvalidArgumentError, match="no first token"):
+            session.generate([4, 5], 4, temperature=1.0, logit_bias={t: -np.inf for t in range(model.n_vocab)})
+        with pytest.raises(eagle3.InvalidArgumentError, match="no first token"):
+            session.generate([4, 5], 4, grammar='root ::= "\\u00e9\\u00e9"')
+        rest = list(stream)  # the stream went on
+        assert [first, *rest] == session.generate([1, 2, 3], 16).tokens.tolist()
+
+        stream = session.stream([1, 2, 3], 16)
+        next(stream)
+        with pytest.raises(eagle3.DecodeError, match="NaN"):
+            session.generate([1, 7, 2], 4)  # fails at its first token, after decoding its prompt
+        with pytest.raises(eagle3.SessionStateError):
+            next(stream)
+        assert session.generate([1, 2, 3], 4).tokens.shape == (4,)  # and the session goes on

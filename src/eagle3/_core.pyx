@@ -1618,12 +1618,14 @@ cdef class Pair:
         for ctx in (self.target_ctx, self.draft_ctx):  # a cancel is for what runs: not this generation
             if ctx is not None:
                 e3_cancel_set((<ContextHandle> ctx).cancel, 0)
+        cdef uint64_t setups = e3_engine_setups(self.engine.ptr)
         cdef _SigintWatch watch = _SigintWatch().start(self.target_ctx.cancel)
         with nogil:
             rc = e3_engine_start(self.engine.ptr, &request.req, &err)
         watch.stop()
-        if rc == E3_ERR_ARG or rc == E3_ERR_SEQ:
+        if rc < 0 and e3_engine_setups(self.engine.ptr) == setups:
             _raise_shim(&err)  # refused: nothing changed, a generation in progress goes on
+        # from here the contexts have changed: a generation in progress is over
         self.engine.outputs = outputs  # C writes into them from now on
         self.engine.logprobs = logprobs
         self.n_generations += 1

@@ -193,6 +193,7 @@ cdef extern from "eagle3_engine.h" nogil:
     e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec, e3_cancel * cancel, e3_error * err)
     void e3_engine_free(e3_engine * engine)
     int e3_engine_start(e3_engine * engine, const e3_request * request, e3_error * err)
+    uint64_t e3_engine_setups(const e3_engine * engine)
     int e3_engine_step(e3_engine * engine, e3_error * err)
     int32_t e3_engine_n_tokens(const e3_engine * engine, int32_t i)
     int32_t e3_engine_finish(const e3_engine * engine, int32_t i)

@@ -4,6 +4,7 @@
 // checks and draft/accept bookkeeping apply here exactly as from Python.
 
 #include "eagle3_engine.h"
+#include "draft_tuner.hpp"
 #include "eagle3_sampling.hpp"
 #include "shim_util.hpp"
 
@@ -19,6 +20,7 @@
 namespace {
 
 using e3::clock_type;
+using e3::draft_tuner;
 using e3::fail;
 using e3::seconds_since;
 
@@ -32,115 +34,6 @@ uint64_t mix_seed(uint64_t x) {
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
     return x ^ (x >> 31);
 }
-
-// n_draft_max="auto": the draft length that gives the most tokens per second,
-// from the session's own measurements. A round with k drafted tokens per
-// sequence is modelled as t_fixed + (tokens drafted) * t_per_draft, where
-// t_fixed is a measured round without drafts (verify + process); it yields
-// 1 + sum_j prod_{i<j} p_i tokens per sequence, p_i being the acceptance of
-// draft position i once reached (its prior: the position before it, weighted
-// as two drafts; 1/2 for the first). Plain decoding (no draft and no process)
-// costs t_plain a step; when it beats every draft length the generation goes
-// on plainly. Costs carry over to the session's next generations (acceptance
-// at half weight), and every relearn_every-th generation measures afresh.
-struct draft_tuner {
-    static constexpr int32_t probe_every = 64;   // rounds between fixed-cost probes (the first ones first)
-    static constexpr int32_t relearn_every = 8;  // generations between fresh starts
-    static constexpr double  smoothing = 0.3;    // weight of a new measurement
-
-    double t_fixed = 0.0;      // a round without drafts: one-token verify + process
-    double t_plain = 0.0;      // a plain step: one-token verify
-    double t_per_draft = 0.0;  // each drafted token: its draft step, verify row, process row
-    int32_t n_spec_rounds = 0;
-    int32_t last_pass = 0;     // the tokens of the last verify pass
-    bool skipped = false;      // the last round was not counted
-    std::vector<char> seen;    // verify pass sizes met so far
-    std::vector<int64_t> reached, accepted;  // per draft position
-
-    void reset(int32_t n_draft) {
-        *this = draft_tuner{};
-        reached.assign(std::max(n_draft, 1), 0);
-        accepted.assign(std::max(n_draft, 1), 0);
-    }
-
-    // a new generation of the same session: the costs stand, acceptance counts half
-    void carry_over(int32_t n_draft) {
-        if ((int32_t) reached.size() != std::max(n_draft, 1)) {
-            reset(n_draft);
-            return;
-        }
-        for (size_t i = 0; i < reached.size(); ++i) {
-            reached[i] /= 2;
-            accepted[i] /= 2;
-        }
-    }
-
-    static void blend(double & avg, double x) { avg = avg == 0.0 ? x : avg + smoothing * (x - avg); }
-
-    // two rounds without drafts: the first rebuilds the target's graph for a
-    // one-token pass (as every change of pass size does), the second is timed
-    bool probe_due(int64_t round) const { return round % probe_every < 2; }
-
-    void add_probe(int64_t round, double t_round, double t_process, int32_t n_pass) {
-        last_pass = n_pass;
-        if (round % probe_every == 1) {
-            blend(t_fixed, t_round);
-            blend(t_plain, t_round - t_process);
-        }
-    }
-
-    void add_draft(int32_t draft_len, int32_t n_acc) {
-        for (int32_t i = 0; i < draft_len && i <= n_acc && i < (int32_t) reached.size(); ++i) {
-            reached[i]++;
-            accepted[i] += i < n_acc;
-        }
-    }
-
-    // A round whose verify pass is of a size not met before grows llama.cpp's
-    // compute buffers, and one whose size differs from the last rebuilds the
-    // target's graph (llama.cpp reuses only the last): neither is what a round
-    // costs. Where the size changes every round, every other round counts.
-    void add_round(double t_round, int32_t n_drafted, int32_t n_pass) {
-        if ((size_t) n_pass >= seen.size()) {
-            seen.resize(n_pass + 1, 0);
-        }
-        const bool skip = !seen[n_pass] || (n_pass != last_pass && !skipped);
-        seen[n_pass] = 1;
-        last_pass = n_pass;
-        skipped = skip;
-        if (n_drafted > 0 && t_fixed > 0.0 && !skip) {
-            blend(t_per_draft, std::max(0.0, t_round - t_fixed) / n_drafted);
-            n_spec_rounds++;
-        }
-    }
-
-    // the best draft length in [n_min, n_draft] for n_live sequences (0:
-    // plain decoding), or -1 while there is too little to go on. Plain
-    // decoding is final for the generation, so it must win by a margin while
-    // measurements are few; once they are many, speculation must win by 5%
-    // (a gain inside the timing noise is not worth the risk of a loss).
-    int32_t best(int32_t n_min, int32_t n_draft, int32_t n_live) const {
-        if (n_spec_rounds < 1 || t_plain <= 0.0) {
-            return -1;
-        }
-        // tokens per second and sequence; every live sequence drafts k
-        int32_t best_k = 0;
-        double best_rate = (1.05 - 0.45 / n_spec_rounds) / t_plain;
-        double tokens = 1.0, reach = 1.0, p = 0.5;
-        for (int32_t k = 1; k <= n_draft; ++k) {
-            const int32_t i = std::min(k - 1, (int32_t) reached.size() - 1);
-            p = (accepted[i] + 2.0 * p) / (reached[i] + 2.0);
-            reach *= p;
-            tokens += reach;
-            const double rate = tokens / (t_fixed + n_live * k * t_per_draft);
-            if (k >= n_min && rate > best_rate) {
-                best_rate = rate;
-                best_k = k;
-            }
-        }
-        return best_k;
-    }
-};
 
 struct sequence {
     int32_t seq_id = 0;
@@ -198,6 +91,7 @@ struct e3_engine {
     e3::tally total;
     clock_type::time_point t_start;
 
+    uint64_t n_setups = 0;   // starts that went past the request's checks (and changed the contexts)
     draft_tuner tuner;       // adaptive: measured costs and acceptance, kept across generations
     int64_t n_adaptive = 0;  // adaptive generations so far
     int32_t best_cap = -1;   // adaptive: the tuner's draft length (-1: not decided yet)
@@ -581,19 +475,33 @@ static int check_request(const e3_engine * e, const e3_request & r, e3_error * e
 // the generation's settings, the adaptive state, and a fresh start for each sequence
 // each request's sampler chains; a grammar that does not parse fails here, before
 // anything of the engine's changes
+// each request's sampler chains; a grammar that does not parse, or that (with the logit
+// biases) leaves no first token, fails here, before anything of the engine's changes.
+// Whether a chain leaves a token does not depend on the logits (a bias of -inf and a
+// grammar remove tokens whatever the logits; the other stages keep at least one), so a
+// row of zeros tells.
 static int make_samplers(const e3_engine * e, const e3_request & r,
                          std::vector<std::unique_ptr<e3::seq_sampler>> & out, e3_error * err) {
+    std::vector<float> zeros;
     for (int32_t i = 0; i < r.n_seq; ++i) {
         out.push_back(std::make_unique<e3::seq_sampler>());
-        if (int rc = out.back()->init(e->vocab, e->n_vocab, e->n_ctx_seq, r.sampling, r.prompts[i], r.n_prompt[i],
-                                      mix_seed(r.sampling.seed + (uint64_t) i), err)) {
+        e3::seq_sampler & smpl = *out.back();
+        if (int rc = smpl.init(e->vocab, e->n_vocab, e->n_ctx_seq, r.sampling, r.prompts[i], r.n_prompt[i],
+                               mix_seed(r.sampling.seed + (uint64_t) i), err)) {
             return rc;
+        }
+        if (!smpl.plain_greedy()) {
+            zeros.resize(e->n_vocab, 0.0f);
+            if (smpl.target(zeros.data()).size == 0) {
+                return fail(err, E3_ERR_ARG, "the grammar and logit_bias of prompt %d allow no first token", (int) i);
+            }
         }
     }
     return E3_OK;
 }
 
 static void setup(e3_engine * e, const e3_request & r, std::vector<std::unique_ptr<e3::seq_sampler>> & samplers) {
+    e->n_setups++;
     e->max_new = r.max_new;
     e->sampling = r.sampling;
     e->rejection = r.sampling.verify == E3_VERIFY_REJECTION && r.sampling.temperature > 0.0f;
@@ -1040,6 +948,8 @@ extern "C" int32_t e3_engine_trace(const e3_engine * e, int32_t i, e3_trace_roun
     std::copy_n(s.trace_p.begin(), m * width, draft_p);
     return m;
 }
+
+extern "C" uint64_t e3_engine_setups(const e3_engine * e) { return e ? e->n_setups : 0; }
 
 extern "C" int32_t e3_engine_n_tokens(const e3_engine * e, int32_t i) {
     return e && i >= 0 && i < (int32_t) e->seqs.size() ? e->seqs[i].n_out : 0;

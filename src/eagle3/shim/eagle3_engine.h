@@ -112,10 +112,16 @@ typedef struct e3_engine e3_engine;
 e3_engine * e3_engine_create(struct llama_context * ctx_tgt, e3_spec * spec, e3_cancel * cancel, e3_error * err);
 void e3_engine_free(e3_engine * engine);
 
-/* Starts a generation: clears the requests' KV cache, decodes the prompts
- * and samples each sequence's first token. A request refused for its
- * arguments (E3_ERR_ARG, E3_ERR_SEQ) leaves the contexts untouched. */
+/* Starts a generation: checks the request (every argument, and that each
+ * sequence's grammar and logit biases leave a first token), then clears the
+ * requests' KV cache, decodes the prompts and samples each sequence's first
+ * token. A request the checks refuse leaves the engine and the contexts as
+ * they were; e3_engine_setups() tells a later failure apart. */
 int e3_engine_start(e3_engine * engine, const e3_request * request, e3_error * err);
+
+/* The starts that went past the request's checks: when a failed start made it
+ * grow, the contexts and the engine's previous generation were changed. */
+uint64_t e3_engine_setups(const e3_engine * engine);
 
 /* One round for every live sequence. Returns the live sequences left (0 when
  * all are done), or a negative e3_status. */

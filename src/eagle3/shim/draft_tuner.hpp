@@ -1,0 +1,123 @@
+// draft_tuner.hpp: how n_draft_max="auto" chooses the draft length, from what a
+// session measures as it runs (the engine feeds it each round's time and acceptance).
+#ifndef EAGLE3_DRAFT_TUNER_HPP
+#define EAGLE3_DRAFT_TUNER_HPP
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace e3 {
+
+// n_draft_max="auto": the draft length that gives the most tokens per second,
+// from the session's own measurements. A round with k drafted tokens per
+// sequence is modelled as t_fixed + (tokens drafted) * t_per_draft, where
+// t_fixed is a measured round without drafts (verify + process); it yields
+// 1 + sum_j prod_{i<j} p_i tokens per sequence, p_i being the acceptance of
+// draft position i once reached (its prior: the position before it, weighted
+// as two drafts; 1/2 for the first). Plain decoding (no draft and no process)
+// costs t_plain a step; when it beats every draft length the generation goes
+// on plainly. Costs carry over to the session's next generations (acceptance
+// at half weight), and every relearn_every-th generation measures afresh.
+struct draft_tuner {
+    static constexpr int32_t probe_every = 64;   // rounds between fixed-cost probes (the first ones first)
+    static constexpr int32_t relearn_every = 8;  // generations between fresh starts
+    static constexpr double  smoothing = 0.3;    // weight of a new measurement
+
+    double t_fixed = 0.0;      // a round without drafts: one-token verify + process
+    double t_plain = 0.0;      // a plain step: one-token verify
+    double t_per_draft = 0.0;  // each drafted token: its draft step, verify row, process row
+    int32_t n_spec_rounds = 0;
+    int32_t last_pass = 0;     // the tokens of the last verify pass
+    bool skipped = false;      // the last round was not counted
+    std::vector<char> seen;    // verify pass sizes met so far
+    std::vector<int64_t> reached, accepted;  // per draft position
+
+    void reset(int32_t n_draft) {
+        *this = draft_tuner{};
+        reached.assign(std::max(n_draft, 1), 0);
+        accepted.assign(std::max(n_draft, 1), 0);
+    }
+
+    // a new generation of the same session: the costs stand, acceptance counts half
+    void carry_over(int32_t n_draft) {
+        if ((int32_t) reached.size() != std::max(n_draft, 1)) {
+            reset(n_draft);
+            return;
+        }
+        for (size_t i = 0; i < reached.size(); ++i) {
+            reached[i] /= 2;
+            accepted[i] /= 2;
+        }
+    }
+
+    static void blend(double & avg, double x) { avg = avg == 0.0 ? x : avg + smoothing * (x - avg); }
+
+    // two rounds without drafts: the first rebuilds the target's graph for a
+    // one-token pass (as every change of pass size does), the second is timed
+    bool probe_due(int64_t round) const { return round % probe_every < 2; }
+
+    void add_probe(int64_t round, double t_round, double t_process, int32_t n_pass) {
+        last_pass = n_pass;
+        if (round % probe_every == 1) {
+            blend(t_fixed, t_round);
+            blend(t_plain, t_round - t_process);
+        }
+    }
+
+    void add_draft(int32_t draft_len, int32_t n_acc) {
+        for (int32_t i = 0; i < draft_len && i <= n_acc && i < (int32_t) reached.size(); ++i) {
+            reached[i]++;
+            accepted[i] += i < n_acc;
+        }
+    }
+
+    // A round whose verify pass is of a size not met before grows llama.cpp's
+    // compute buffers, and one whose size differs from the last rebuilds the
+    // target's graph (llama.cpp reuses only the last): neither is what a round
+    // costs. Where the size changes every round, every other round counts.
+    void add_round(double t_round, int32_t n_drafted, int32_t n_pass) {
+        if ((size_t) n_pass >= seen.size()) {
+            seen.resize(n_pass + 1, 0);
+        }
+        const bool skip = !seen[n_pass] || (n_pass != last_pass && !skipped);
+        seen[n_pass] = 1;
+        last_pass = n_pass;
+        skipped = skip;
+        if (n_drafted > 0 && t_fixed > 0.0 && !skip) {
+            blend(t_per_draft, std::max(0.0, t_round - t_fixed) / n_drafted);
+            n_spec_rounds++;
+        }
+    }
+
+    // the best draft length in [n_min, n_draft] for n_live sequences (0:
+    // plain decoding), or -1 while there is too little to go on. Plain
+    // decoding is final for the generation, so it must win by a margin while
+    // measurements are few; once they are many, speculation must win by 5%
+    // (a gain inside the timing noise is not worth the risk of a loss).
+    int32_t best(int32_t n_min, int32_t n_draft, int32_t n_live) const {
+        if (n_spec_rounds < 1 || t_plain <= 0.0) {
+            return -1;
+        }
+        // tokens per second and sequence; every live sequence drafts k
+        int32_t best_k = 0;
+        double best_rate = (1.05 - 0.45 / n_spec_rounds) / t_plain;
+        double tokens = 1.0, reach = 1.0, p = 0.5;
+        for (int32_t k = 1; k <= n_draft; ++k) {
+            const int32_t i = std::min(k - 1, (int32_t) reached.size() - 1);
+            p = (accepted[i] + 2.0 * p) / (reached[i] + 2.0);
+            reach *= p;
+            tokens += reach;
+            const double rate = tokens / (t_fixed + n_live * k * t_per_draft);
+            if (k >= n_min && rate > best_rate) {
+                best_rate = rate;
+                best_k = k;
+            }
+        }
+        return best_k;
+    }
+};
+
+}  // namespace e3
+
+#endif  // EAGLE3_DRAFT_TUNER_HPP
