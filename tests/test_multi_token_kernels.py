@@ -1,5 +1,5 @@
 """The multi-token kernels: a pass over k tokens loads each weight row once for
-up to four tokens (three for f16 and f32) instead of once per token, and every
+up to four tokens (three for f16, bf16 and f32) instead of once per token, and every
 token still gets bit for bit the logits it gets decoded alone, on the shapes
 real models have: widths of 576 (rows that K-quants cannot hold, where the
 quantizer falls back to q5_0/q8_0), 896 and 1536, tied embeddings, and the
@@ -26,7 +26,8 @@ SHAPES = {
     "896-tied": TargetSpec(n_layer=1, n_embd=896, n_head=14, n_head_kv=2, n_ff=1152, n_vocab=520, tied=True, seed=32),
     "1536": TargetSpec(n_layer=1, n_embd=1536, n_head=12, n_head_kv=2, n_ff=2048, n_vocab=384, seed=33),
 }
-TYPES = ["Q4_K_M", "Q4_1", "Q4_0", "Q5_0", "Q6_K", "IQ4_NL", "Q5_K_M", "Q8_0", "F16", "F32"]
+TYPES = ["Q4_K_M", "Q4_1", "Q4_0", "Q5_0", "Q6_K", "IQ4_NL", "Q5_K_M", "Q8_0", "F16", "F32",
+         "Q2_K", "Q3_K_S", "Q3_K_M", "Q5_1", "IQ4_XS", "BF16"]
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +82,14 @@ def test_a_512_token_pass_gives_each_token_its_one_token_logits(shape_files, fil
 # them (a repacked matrix needs rows in groups of 8), and how many tokens share
 # one load of a row.
 MULTI_TOKEN_TYPES = {"q4_0": (True, 4), "q4_k": (True, 4), "iq4_nl": (True, 4), "q4_1": (False, 4),
-                     "q5_0": (False, 4), "q5_k": (False, 4), "q6_k": (False, 4), "f16": (False, 3),
-                     "f32": (False, 3)}
+                     "q5_0": (False, 4), "q5_1": (False, 4), "q2_k": (False, 4), "q3_k": (False, 4),
+                     "q5_k": (False, 4), "q6_k": (False, 4), "iq4_xs": (False, 4), "f16": (False, 3),
+                     "bf16": (False, 3), "f32": (False, 3)}
+# With AVX-512, ggml repacks q2_K (a layout without a multi-token gemv) and bf16
+# keeps tinyBLAS (vec_dot_bf16, whose chains the kernel follows, has another
+# branch there).
+if "AVX512 = 1" in eagle3.system_info():
+    del MULTI_TOKEN_TYPES["q2_k"], MULTI_TOKEN_TYPES["bf16"]
 
 
 def _multi_token_rows(model) -> dict[int, int]:
@@ -100,8 +107,11 @@ def _multi_token_rows(model) -> dict[int, int]:
 
 @exact
 @pytest.mark.skipif(eagle3.multi_token_counts() is None, reason="this build has no multi-token kernels")
-@pytest.mark.parametrize("file_type", ["Q4_K_M", "Q5_K_M", "Q4_1", "Q5_0", "Q6_K", "Q4_0", "IQ4_NL", "F16", "F32"])
+@pytest.mark.parametrize("file_type", ["Q4_K_M", "Q5_K_M", "Q4_1", "Q5_0", "Q6_K", "Q4_0", "IQ4_NL", "F16", "F32",
+                                       "Q2_K", "Q3_K_S", "Q3_K_M", "Q5_1", "IQ4_XS", "BF16"])
 def test_a_pass_of_k_tokens_loads_each_weight_row_once_per_group_of_tokens(shape_files, file_type):
+    if file_type == "BF16" and "bf16" not in MULTI_TOKEN_TYPES:
+        pytest.skip("bf16 has no multi-token kernel on AVX-512 builds")
     with eagle3.Model(_quantized(shape_files, "1536", file_type)) as model, \
             eagle3.Context(model, n_ctx=256, n_batch=64, n_threads=2) as ctx:
         rows = _multi_token_rows(model)
