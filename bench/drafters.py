@@ -48,11 +48,12 @@ PROMPTS = {
 @dataclass
 class Drafter:
     name: str
-    session: object           # None: plain decoding
+    session: object           # None: plain decoding; a callable: a fresh session for each generation
     stock_args: list[str] | None
     speeds: dict = field(default_factory=dict)    # prompt -> [tokens/s]
     stock: dict = field(default_factory=dict)     # prompt -> [tokens/s]
     tau: dict = field(default_factory=dict)
+    draft_ms: dict = field(default_factory=dict)  # prompt -> the drafter's own time per round
 
 
 def decode_speed(g) -> float:
@@ -68,6 +69,19 @@ def stock_speed(binary, target, prompt, n, threads, extra) -> float:
     if not found:
         raise RuntimeError(f"llama-speculative-simple failed:\n{out.stderr[-2000:]}")
     return float(found.group(1))
+
+
+def report(name: str, drafters: list[Drafter]) -> None:
+    plain = statistics.median(drafters[0].speeds[name])
+    print(f"\n{name}: plain {plain:.1f} tokens/s")
+    print(f"  {'drafter':<18} {'tokens/s':>9} {'tau':>6} {'draft ms':>9} {'vs plain':>9} {'stock':>9} {'vs stock':>9}")
+    for d in drafters[1:]:
+        rate = statistics.median(d.speeds[name])
+        row = f"  {d.name:<18} {rate:>9.1f} {d.tau[name]:>6.2f} {d.draft_ms[name]:>9.3f} {rate / plain:>8.2f}x"
+        if d.stock.get(name):
+            s = statistics.median(d.stock[name])
+            row += f" {s:>9.1f} {rate / s:>8.2f}x"
+        print(row, flush=True)
 
 
 def main() -> None:
@@ -95,7 +109,10 @@ def main() -> None:
                  "--spec-ngram-simple-size-m", str(k)]),
         Drafter("ngram-map-k", eagle3.NgramSession(tctx, "map-k", n_draft_max=k, **ngram),
                 ["--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "3", "--spec-ngram-map-k-size-m", str(k)]),
-        Drafter("ngram-mod", eagle3.NgramSession(tctx, "mod", n_draft_max=k, n_match=8, mod_n_min=1, mod_n_max=k),
+        # ngram-mod keeps its table across generations (llama.cpp shares it between sequences
+        # and requests): a fresh session each time, or the rounds would draft their own past output
+        Drafter("ngram-mod", lambda: eagle3.NgramSession(tctx, "mod", n_draft_max=k, n_match=8, mod_n_min=1,
+                                                         mod_n_max=k),
                 ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "8", "--spec-ngram-mod-n-min", "1",
                  "--spec-ngram-mod-n-max", str(k)]),
         Drafter("ngram-cache", eagle3.NgramSession(tctx, "cache", n_draft_max=k), ["--spec-type", "ngram-cache"]),
@@ -116,6 +133,8 @@ def main() -> None:
         drafters.append(Drafter("eagle3", eagle3.Eagle3Session(tctx, ectx, n_draft_max=k),
                                 ["-md", args.eagle3, "--spec-type", "draft-eagle3", "--spec-draft-n-max", str(k)]))
 
+    print(f"{args.target}, {args.threads} threads, {args.n} tokens greedy, drafts of up to {k}; medians of "
+          f"{args.rounds} interleaved rounds (tokens/s after the prompt)", flush=True)
     auto_session = drafters[1].session
     for name, prompt in PROMPTS.items():
         tokens = tm.tokenize(prompt)
@@ -126,29 +145,20 @@ def main() -> None:
                     g = plain_ctx.generate(tokens, args.n)
                 elif d.session == "auto":
                     g = auto_session.generate(tokens, args.n, n_draft_max="auto")
+                elif callable(d.session):
+                    with d.session() as fresh:
+                        g = fresh.generate(tokens, args.n)
                 else:
                     g = d.session.generate(tokens, args.n)
                 assert g.tokens.tolist() == reference.tolist(), f"{d.name}: greedy output differs from plain"
                 if round_:
                     d.speeds.setdefault(name, []).append(decode_speed(g))
                     d.tau[name] = g.stats.mean_accepted_length
+                    d.draft_ms[name] = 1e3 * g.stats.t_draft_s / max(g.stats.n_draft_calls, 1)
                 if round_ and stock is not None and d.stock_args is not None:
                     d.stock.setdefault(name, []).append(
                         stock_speed(stock, args.target, prompt, args.n, args.threads, d.stock_args))
-
-    print(f"{args.target}, {args.threads} threads, {args.n} tokens greedy, drafts of up to {k}; medians of "
-          f"{args.rounds} interleaved rounds (tokens/s after the prompt)")
-    for name in PROMPTS:
-        plain = statistics.median(drafters[0].speeds[name])
-        print(f"\n{name}: plain {plain:.1f} tokens/s")
-        print(f"  {'drafter':<18} {'tokens/s':>9} {'tau':>6} {'vs plain':>9} {'stock':>9} {'vs stock':>9}")
-        for d in drafters[1:]:
-            rate = statistics.median(d.speeds[name])
-            row = f"  {d.name:<18} {rate:>9.1f} {d.tau[name]:>6.2f} {rate / plain:>8.2f}x"
-            if d.stock.get(name):
-                s = statistics.median(d.stock[name])
-                row += f" {s:>9.1f} {rate / s:>8.2f}x"
-            print(row)
+        report(name, drafters)
     tctx.close()
     plain_ctx.close()
     for m in extra_models:

@@ -14,10 +14,15 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 CHILD = r"""
 import os, sys
 import eagle3
-target_path, draft_path, when, depth = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+target_path, draft_path, when, depth, kind = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 tm = eagle3.Model(target_path); dm = eagle3.Model(draft_path)
-tc = eagle3.Context(tm, n_seq_max=2); dc = eagle3.Context(dm, other=tc)
-session = eagle3.Eagle3Session(tc, dc, n_seq=2, n_draft_max=3)
+tc = eagle3.Context(tm, n_seq_max=2)
+if kind == "eagle3":
+    session = eagle3.Eagle3Session(tc, eagle3.Context(dm, other=tc), n_seq=2, n_draft_max=3)
+elif kind == "draft":  # the target as its own draft model
+    session = eagle3.DraftSession(tc, eagle3.Context(tm, n_ctx=tc.n_ctx, n_seq_max=2), n_seq=2, n_draft_max=3)
+else:
+    session = eagle3.NgramSession(tc, "simple", n_seq=2, n_draft_max=3, size_n=1, size_m=3)
 prompt = [5, 6, 7]
 expected = tc.generate(prompt, 24).tokens.tolist()
 if when == "after":
@@ -49,10 +54,11 @@ print(generate_in_child(depth).decode(), session.generate(prompt, 24).tokens.tol
 """
 
 
-@pytest.mark.parametrize("when, depth", [("before", 1), ("after", 1), ("after", 2)])
-def test_a_forked_child_generates(pair_paths, when, depth):
+@pytest.mark.parametrize("when, depth, kind", [("before", 1, "eagle3"), ("after", 1, "eagle3"), ("after", 2, "eagle3"),
+                                              ("after", 1, "draft"), ("before", 1, "ngram"), ("after", 2, "ngram")])
+def test_a_forked_child_generates(pair_paths, when, depth, kind):
     target, draft = pair_paths["random"]
-    result = run_python(CHILD, str(target), str(draft), when, str(depth), timeout=120)
+    result = run_python(CHILD, str(target), str(draft), when, str(depth), kind, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["ok", "True"]
 

@@ -1133,13 +1133,8 @@ SESSION_KINDS = {(<bytes> e3_spec_kind_key(k)).decode(): k for k in range(E3_SPE
 """The drafters the shim has (its drafter table), by name."""
 
 
-cdef e3_ngram_config _ngram_defaults():
-    cdef e3_ngram_config g
-    e3_ngram_config_default(&g)
-    return g
-
-
-cdef e3_ngram_config _defaults = _ngram_defaults()
+cdef e3_ngram_config _defaults
+e3_ngram_config_default(&_defaults)
 NGRAM_DEFAULTS = {"size_n": _defaults.size_n, "size_m": _defaults.size_m, "min_hits": _defaults.min_hits,
                   "n_match": _defaults.n_match, "mod_n_min": _defaults.mod_n_min, "mod_n_max": _defaults.mod_n_max}
 """llama.cpp's defaults for the n-gram drafters' integer parameters."""
@@ -1161,32 +1156,17 @@ cdef class _SpecConfig:
         self.cfg.n_draft_max = _clamp32(n_draft_max)
         self.cfg.n_min = _clamp32(n_min)
         self.cfg.p_min = <float> p_min
-        self.cfg.ngram = _ngram_defaults()
         ngram = dict(ngram or {})
         self.paths = tuple(os.fsencode(ngram.pop(name)) if ngram.get(name) else None
                            for name in ("lookup_cache_static", "lookup_cache_dynamic"))
-        for name, value in ngram.items():
-            setattr_ngram(&self.cfg.ngram, name, _clamp32(value))
-        self.cfg.ngram.lookup_cache_static = <const char *> self.paths[0] if self.paths[0] is not None else NULL
-        self.cfg.ngram.lookup_cache_dynamic = <const char *> self.paths[1] if self.paths[1] is not None else NULL
-
-
-cdef int setattr_ngram(e3_ngram_config * g, str name, int32_t value) except -1:
-    if name == "size_n":
-        g.size_n = value
-    elif name == "size_m":
-        g.size_m = value
-    elif name == "min_hits":
-        g.min_hits = value
-    elif name == "n_match":
-        g.n_match = value
-    elif name == "mod_n_min":
-        g.mod_n_min = value
-    elif name == "mod_n_max":
-        g.mod_n_max = value
-    else:
-        raise InvalidArgumentError(f"unknown n-gram parameter {name!r}")
-    return 0
+        if not ngram.keys() <= NGRAM_DEFAULTS.keys():
+            raise InvalidArgumentError(f"unknown n-gram parameters {sorted(ngram.keys() - NGRAM_DEFAULTS.keys())}")
+        v = {**NGRAM_DEFAULTS, **{name: _clamp32(value) for name, value in ngram.items()}}
+        cdef e3_ngram_config * g = &self.cfg.ngram
+        g.size_n, g.size_m, g.min_hits = v["size_n"], v["size_m"], v["min_hits"]
+        g.n_match, g.mod_n_min, g.mod_n_max = v["n_match"], v["mod_n_min"], v["mod_n_max"]
+        g.lookup_cache_static = <const char *> self.paths[0] if self.paths[0] is not None else NULL
+        g.lookup_cache_dynamic = <const char *> self.paths[1] if self.paths[1] is not None else NULL
 
 
 def check_session_config(str kind, n_seq, n_draft_max, n_min, double p_min, dict ngram=None):
