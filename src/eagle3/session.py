@@ -520,8 +520,7 @@ class NgramSession(_SpeculativeSession):
         self._session_kind = f"ngram-{method}"
         self.params = {**{k: v for k, v in _core.NGRAM_DEFAULTS.items() if k in _NGRAM_METHODS[method]}, **params}
         """The method's parameters, llama.cpp's defaults where not given."""
-        config = _config(None, n_seq, n_draft_max, n_min, 0.0, self._session_kind)
-        _core.check_session_config(self._session_kind, config.n_seq, config.n_draft_max, config.n_min, 0.0, params)
+        config = _config(None, n_seq, n_draft_max, n_min, 0.0, self._session_kind)  # (the shim checks params)
         self._open(target_ctx, None, config, params)
 
     def _check_contexts(self, target_ctx: Context, draft_ctx: None) -> None:

@@ -179,7 +179,7 @@ struct e3_spec {
     // history and assume it only grows from what their begin() saw (map-k aborts when it
     // shrinks, and keeps an old history's entries): they are emptied first.
     void restart(int32_t seq_id) {
-        if (!ctx_dft) {
+        if (!ctx_dft) {  // (the n-gram kinds, which have none)
             common_speculative_begin(spec, seq_id, {});
         }
         common_speculative_begin(spec, seq_id, history[seq_id]);
@@ -784,7 +784,7 @@ extern "C" int e3_spec_draft(e3_spec * s, int32_t n_req, const int32_t * seq_ids
             if ((int32_t) history.size() > n_past[i]) {
                 history.resize(n_past[i]);
             }
-            if (!s->ctx_dft && history.size() < s->drafter_len[seq]) {
+            if (!s->row->draft_ctx && history.size() < s->drafter_len[seq]) {
                 s->restart(seq);  // the caller went back: the n-gram drafter starts over
             }
             s->drafter_len[seq] = history.size();
