@@ -36,16 +36,29 @@ def rewrite(src: Path, dst: Path, *, set_kv: dict | None = None, drop_kv=(), dro
     return Path(dst)
 
 
+def _renamed_keys(reader, arch: str) -> tuple[dict, list]:
+    """The ``llama.*`` keys of a llama target as ``{arch}.*`` keys (set, drop)."""
+    set_kv, drop = {"general.architecture": (arch, T.STRING)}, []
+    for field in reader.fields.values():
+        if field.name.startswith("llama."):
+            sub_type = (field.types[-1],) if field.types[0] == T.ARRAY else ()
+            set_kv[arch + "." + field.name[len("llama."):]] = (field.contents(), field.types[0], *sub_type)
+            drop.append(field.name)
+    return set_kv, drop
+
+
+def as_qwen2(src: Path, dst: Path) -> Path:
+    """Write ``dst``: the ``llama`` target ``src`` as a ``qwen2`` model (the same weights; its
+    optional q/k/v biases left out), so the qwen2 loader and graph run."""
+    set_kv, drop = _renamed_keys(gguf.GGUFReader(str(src)), "qwen2")
+    return rewrite(src, dst, set_kv=set_kv, drop_kv=drop)
+
+
 def as_qwen3(src: Path, dst: Path) -> Path:
     """Write ``dst``: the ``llama`` target ``src`` as a ``qwen3`` model, the same weights plus
     unit per-head norms of q and k (what qwen3 adds), so the qwen3 loader and graph run."""
     reader = gguf.GGUFReader(str(src))
-    set_kv, drop = {"general.architecture": ("qwen3", T.STRING)}, []
-    for field in reader.fields.values():
-        if field.name.startswith("llama."):
-            sub_type = (field.types[-1],) if field.types[0] == T.ARRAY else ()
-            set_kv["qwen3." + field.name[len("llama."):]] = (field.contents(), field.types[0], *sub_type)
-            drop.append(field.name)
+    set_kv, drop = _renamed_keys(reader, "qwen3")
     meta = {f.name: f.contents() for f in reader.fields.values()}
     head_dim = meta["llama.embedding_length"] // meta["llama.attention.head_count"]
     norms = {f"blk.{i}.attn_{w}_norm.weight": np.ones(head_dim, np.float32)

@@ -862,6 +862,10 @@ cdef class ContextHandle:
     cdef int32_t last_n_outputs
     cdef int32_t out_capacity                 # rows llama.cpp's output buffer holds now
     cdef public int n_views                   # live logits views into that buffer
+    cdef set captured                         # layers whose input every decode captures
+    cdef bint capture_grew                    # captured grew since the last decode: its buffer will move
+    cdef tuple last_captured                  # captured at the last decode
+    cdef bint last_one_seq                    # the last batch held one sequence (rows in batch order)
     cdef object __weakref__
 
     def __cinit__(self, ModelHandle model, uint32_t n_ctx, uint32_t n_batch, uint32_t n_ubatch,
@@ -900,6 +904,8 @@ cdef class ContextHandle:
         self.n_ubatch = llama_n_ubatch(c)
         self.n_seq_max = llama_n_seq_max(c)
         self.out_capacity = <int32_t> self.n_seq_max
+        self.captured = set()
+        self.last_captured = ()
         self.bext = llama_batch_ext_init(c)
         self.cancel = e3_cancel_attach(c)
         if self.bext == NULL or self.cancel == NULL:
@@ -965,7 +971,7 @@ cdef class ContextHandle:
                 n_out += 1
         if next_pos_np.max() > self.n_ctx:
             raise DecodeError(f"the batch goes past the context size n_ctx = {self.n_ctx}")
-        if n_out > self.out_capacity and self.n_views > 0:
+        if (n_out > self.out_capacity or self.capture_grew) and self.n_views > 0:
             raise DecodeError(
                 "this decode needs a larger logits buffer, but logits views from an earlier decode are still "
                 "alive; delete them or keep copies (np.array(view)) instead")
@@ -1018,7 +1024,51 @@ cdef class ContextHandle:
         self.last_version = batch.version
         self.last_outputs = batch._out_np[:n].copy()
         self.last_n_outputs = n_out
+        self.capture_grew = False
+        self.last_captured = tuple(self.captured)
+        self.last_one_seq = True
+        for i in range(n):
+            if batch._nseq[i] != 1 or batch._seq[i, 0] != batch._seq[0, 0]:
+                self.last_one_seq = False
         return 0
+
+    def capture_layer_inputs(self, layers):
+        """Capture the input of each layer in ``layers`` at every later decode."""
+        cdef e3_error err
+        cdef int32_t lid
+        cdef int32_t n_layer = llama_model_n_layer(self.model.ptr)
+        for lid in layers:  # all or none
+            if not 0 <= lid < n_layer:
+                raise InvalidArgumentError(f"layer {lid} is not a layer of this model (0..{n_layer - 1})")
+        for lid in layers:
+            if lid in self.captured:
+                continue
+            if e3_capture_layer_input(self.ptr, lid, &err) != 0:
+                raise InvalidArgumentError(err.message.decode("utf-8", "replace"))
+            self.captured.add(lid)
+            self.capture_grew = True
+
+    def layer_inputs(self, layers):
+        """Copies of the captured layer inputs of the last decode: float32 [len(layers), n_tokens, n_embd]."""
+        if self.last_outputs is None:
+            raise DecodeError("no layer inputs: nothing was decoded on this context since it last changed")
+        if not self.last_one_seq and self.n_seq_max > 1:
+            raise InvalidArgumentError("layer inputs are read after a batch of one sequence (llama.cpp computes "
+                                       "the tokens of several sequences in its own order)")
+        cdef int32_t n = len(self.last_outputs)
+        cdef int32_t n_embd = llama_model_n_embd(self.model.ptr)
+        out = np.empty((len(layers), n, n_embd), dtype=np.float32)
+        cdef float[:, :, ::1] dst = out
+        cdef const float * src
+        cdef int32_t k, lid
+        for k, lid in enumerate(layers):
+            if lid not in self.last_captured:
+                raise InvalidArgumentError(f"layer {lid}'s input was not captured at the last decode "
+                                           f"(captured: {sorted(self.last_captured)}); call "
+                                           f"capture_layer_inputs before decoding")
+            src = e3_layer_input(self.ptr, lid)
+            memcpy(&dst[k, 0, 0], src, <size_t> n * n_embd * sizeof(float))
+        return out
 
     def cancel_running(self):
         """Make what runs on this context stop at its next check (any thread, no lock)."""

@@ -123,6 +123,8 @@ cdef extern from "eagle3_shim.h" nogil:
 
     int e3_eagle3_target_support(const char * arch)
     int e3_multi_token_counts(uint64_t * products, uint64_t * row_loads)
+    int e3_capture_layer_input(llama_context * ctx, int32_t lid, e3_error * err)
+    const float * e3_layer_input(llama_context * ctx, int32_t lid)
 
     ctypedef void (*e3_log_callback)(int level, const char * text, void * user_data) noexcept
     void e3_log_set(e3_log_callback cb, void * user_data)

@@ -124,8 +124,8 @@ def _read_tensor(h: _Header, name: str, dtype) -> np.ndarray:
 # Architectures (of those eagle3 drafts for, and its own) whose graph gives every layer
 # layer 0's head counts, needs key and value heads of one size, or always has experts, and
 # those with sliding-window layers; read from their src/models/*.cpp.
-_LAYER0_SHAPED = frozenset({"llama", "qwen3", "qwen3moe", "minimax-m2", "gpt-oss", "eagle3"})
-_K_IS_V = frozenset({"llama", "qwen3", "qwen3moe", "minimax-m2", "gemma4", "eagle3"})
+_LAYER0_SHAPED = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "minimax-m2", "gpt-oss", "eagle3"})
+_K_IS_V = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "minimax-m2", "gemma4", "eagle3"})
 _ALWAYS_EXPERTS = frozenset({"gpt-oss", "minimax-m2"})
 _SWA_ARCHS = frozenset({"gpt-oss", "gemma4"})
 

@@ -25,6 +25,15 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _layer_list(layers) -> list:
+    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+        raise ArgumentTypeError(f"layers must be a sequence of layer ids, got {type(layers).__name__}")
+    layers = list(layers)
+    if not layers:
+        raise InvalidArgumentError("layers is empty")
+    return layers
+
+
 def _sizes(other: Context | None, n_ctx, n_batch, n_ubatch, n_seq_max) -> tuple[int, int, int, int]:
     """``(n_ctx, n_batch, n_ubatch, n_seq_max)``: a draft context's default to its target's."""
     if other is not None:
@@ -189,6 +198,31 @@ class Context(Resource):
         """Greedy token of entry ``i`` of the last decoded batch, without creating an array."""
         with self._lock:
             return self._live().argmax(as_int(i, "i"))
+
+    def capture_layer_inputs(self, layers) -> None:
+        """Capture the hidden state entering each of ``layers`` (layer ids,
+        ``0 <= id < model.n_layer``) at every later decode, for every token of
+        the batch: the features an EAGLE-3 head reads. Capture stays on for
+        the context's life (as an EAGLE-3 session leaves it on its target).
+
+        Raises :class:`InvalidArgumentError` for a layer the model lacks or an
+        architecture whose graph does not record its layers' inputs.
+        """
+        layers = [as_int(lid, "layer id") for lid in _layer_list(layers)]
+        with self._lock:
+            self._live().capture_layer_inputs(layers)
+
+    def layer_inputs(self, layers) -> np.ndarray:
+        """The captured inputs of ``layers`` at the last decode, one row per
+        batch entry: a new float32 array ``[len(layers), n_tokens, n_embd]``.
+
+        Read after a batch of one sequence (llama.cpp orders the tokens of
+        several sequences its own way); the layers must have been captured
+        before that decode (:meth:`capture_layer_inputs`).
+        """
+        layers = [as_int(lid, "layer id") for lid in _layer_list(layers)]
+        with self._lock:
+            return self._live().layer_inputs(layers)
 
     def seq_rm(self, seq_id: int, p0: int = 0, p1: int = -1) -> bool:
         """Remove positions ``[p0, p1)`` of a sequence (``p1 < 0``: to the end;

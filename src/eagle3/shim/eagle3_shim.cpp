@@ -127,7 +127,7 @@ extern "C" int e3_eagle3_target_support(const char * arch) {
     // recurrent architectures that record them are left out: they cannot
     // roll back rejected drafts.
     static const struct { const char * arch; int support; } archs[] = {
-        {"llama", 1},      {"qwen3", 1},    {"qwen3moe", 1},     {"minimax-m2", 1}, {"hunyuan_vl", 1},
+        {"llama", 1},      {"qwen2", 1},    {"qwen3", 1},    {"qwen3moe", 1},     {"minimax-m2", 1}, {"hunyuan_vl", 1},
         {"nanbeige", 1},   {"muse-glimmer", 1}, {"gpt-oss", 2},  {"gemma4", 2},     {"mimo2", 2},
     };
     if (!arch) {
@@ -139,6 +139,27 @@ extern "C" int e3_eagle3_target_support(const char * arch) {
         }
     }
     return 0;
+}
+
+extern "C" int e3_capture_layer_input(struct llama_context * ctx, int32_t lid, e3_error * err) {
+    // llama.cpp aborts at the next decode when the graph does not record the
+    // layer's input, and asserts on an id past n_layer: refuse both here.
+    const llama_model * model = llama_get_model(ctx);
+    char arch[64] = "";
+    llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
+    if (e3_eagle3_target_support(arch) < 1) {
+        return fail(err, E3_ERR_ARG, "the '%s' architecture's graph does not record its layers' inputs", arch);
+    }
+    const int32_t n_layer = llama_model_n_layer(model);
+    if (lid < 0 || lid >= n_layer) {
+        return fail(err, E3_ERR_ARG, "layer %d is not a layer of this model (0..%d)", (int) lid, (int) n_layer - 1);
+    }
+    llama_set_embeddings_layer_inp(ctx, (uint32_t) lid, true);
+    return E3_OK;
+}
+
+extern "C" const float * e3_layer_input(struct llama_context * ctx, int32_t lid) {
+    return llama_get_embeddings_layer_inp(ctx, (uint32_t) lid);
 }
 
 // ---------------------------------------------------------------------------

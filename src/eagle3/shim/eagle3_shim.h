@@ -249,6 +249,15 @@ int e3_detokenize(const struct llama_vocab * vocab, const int32_t * tokens, int3
  * state (ids <= n_layer). */
 int e3_eagle3_target_support(const char * arch);
 
+/* Capture the input hidden state of layer lid (0 <= lid < n_layer) at every
+ * later decode of ctx, for all tokens of the batch (what EAGLE-3 reads).
+ * Capture stays on for the context's life, as an EAGLE-3 session leaves it.
+ * E3_ERR_ARG for an architecture whose graph does not record layer inputs. */
+int e3_capture_layer_input(struct llama_context * ctx, int32_t lid, e3_error * err);
+/* Rows [n_tokens of the last decode, n_embd] of a captured layer's input, in
+ * the order llama.cpp computed the batch's tokens. */
+const float * e3_layer_input(struct llama_context * ctx, int32_t lid);
+
 /* What the CPU's multi-token kernels did since the process started: weight-row
  * by token products, and the weight rows they unpacked for them. Returns 0
  * (and zeros) in a build without them. */
