@@ -15,8 +15,7 @@ torch = pytest.importorskip("torch", reason="conversion needs the train extra: p
 transformers = pytest.importorskip("transformers")
 spm = pytest.importorskip("sentencepiece")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "train"))
-from eagle3_draft import DraftConfig, Eagle3Draft, save  # noqa: E402
+from eagle3.train.head import DraftConfig, Eagle3Draft, save  # noqa: E402
 
 from eagle3.convert import ConversionError, convert  # noqa: E402
 from draft_checkpoints import write_hf_target  # noqa: E402

@@ -12,6 +12,7 @@ from eagle3.generation import BatchGeneration, Generation, GenerationStats, Toke
 from eagle3.model import Device, Model
 from eagle3.quantize import quantize
 from eagle3.session import DraftSession, Eagle3Session, Eagle3SessionConfig, MtpSession, NgramSession
+from eagle3.train import TrainReport, train_head
 
 __version__ = _build_config.VERSION
 
@@ -37,6 +38,8 @@ __all__ = [
     "multi_token_counts",
     "read_gguf",
     "system_info",
+    "train_head",
+    "TrainReport",
     *errors.__all__,
 ]
 

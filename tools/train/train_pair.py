@@ -10,7 +10,7 @@
    chosen by a hash of each file's path.
 2. A Llama-architecture target (Hugging Face LlamaForCausalLM, ~19M
    parameters) trained on those files.
-3. An EAGLE-3 draft head for it (tools/train/eagle3_draft.py): features of
+3. An EAGLE-3 draft head for it (eagle3.train.head): features of
    three target layers fused by ``fc``, one decoder layer, trained by
    distillation from the target's next-token distribution with a
    training-time test over several draft steps.
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402
-from eagle3_draft import DraftConfig, Eagle3Draft, save  # noqa: E402
+from eagle3.train.head import DraftConfig, Eagle3Draft, save  # noqa: E402
 
 
 @dataclass

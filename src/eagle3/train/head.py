@@ -1,15 +1,17 @@
 """An EAGLE-3 draft head in PyTorch, trained the way the EAGLE-3 paper does.
 
-The draft has one decoder layer. At position p it reads the embedding of the
+The head has one decoder layer. At position p it reads the embedding of the
 next token x[p+1] and g[p] = fc([h_low, h_mid, h_high][p]), the fusion of
 three of the target's hidden states (layer inputs), and predicts the
 target's next token after x[p+1]. Drafting further, it feeds back its own
 pre-norm output in place of g ("training-time test": the later steps are
-trained on the draft's own hidden states, as they will be used).
+trained on the head's own hidden states, as they will be used).
 
-The layer computes exactly what llama.cpp's ``eagle3`` graph computes, and
-:func:`save` writes the Hugging Face EAGLE-3 layout (``midlayer.*``, ``fc``,
-``d2t``) that llama.cpp's converter accepts.
+The layer computes what llama.cpp's ``eagle3`` graph computes (rope in the
+Hugging Face layout of rotated halves: :mod:`eagle3.train.export` reorders q
+and k for llama.cpp). :func:`save` writes the Hugging Face EAGLE-3 layout
+(``midlayer.*``, ``fc``, ``d2t``) that llama.cpp's converter accepts, for the
+toy pair's recipe in tools/train/.
 """
 
 from __future__ import annotations
