@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="alternating runs of each; medians are compared")
     parser.add_argument("--threads", type=int, default=default_threads())
     args = parser.parse_args()
-    model_path = args.model or Path(shipped.default_pair()[0])
+    model_path = args.model or Path(shipped.toy_pair()[0])
     binary = build_stock("llama-bench") / "llama-bench"
     rng = np.random.default_rng(0)
     with eagle3.Model(model_path) as model:

@@ -36,8 +36,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("-n", type=int, default=128, help="tokens per prompt")
     args = parser.parse_args()
-    target_path, draft_path = (args.target, args.draft) if args.target else shipped.default_pair()
-    texts = shipped.held_out_prompts()[:args.prompts]
+    target_path, draft_path = (args.target, args.draft) if args.target else shipped.toy_pair()
+    texts = shipped.toy_prompts()[:args.prompts]
     with eagle3.Model(target_path) as tm, eagle3.Model(draft_path) as dm, \
             eagle3.Context(tm, n_ctx=2048) as tctx, eagle3.Context(dm, other=tctx) as dctx, \
             eagle3.Context(tm, n_ctx=2048) as plain:

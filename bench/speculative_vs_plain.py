@@ -22,11 +22,11 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=256, help="tokens to generate")
     parser.add_argument("--pair", default="bench", choices=("bench", "bench-random", "shipped"))
     args = parser.parse_args()
-    target_path, draft_path = shipped.default_pair() if args.pair == "shipped" else pair(args.pair)
+    target_path, draft_path = shipped.toy_pair() if args.pair == "shipped" else pair(args.pair)
     with eagle3.Model(target_path) as tm, eagle3.Model(draft_path) as dm, \
             eagle3.Context(tm, n_ctx=1024) as target, eagle3.Context(dm, other=target) as draft, \
             eagle3.Context(tm, n_ctx=1024) as plain_ctx:  # no session: no hidden-state extraction to pay for
-        prompt = tm.tokenize(shipped.held_out_prompts()[0]) if args.pair == "shipped" else PROMPT
+        prompt = tm.tokenize(shipped.toy_prompts()[0]) if args.pair == "shipped" else PROMPT
         plain = plain_ctx.generate(prompt, args.n)
         for n_draft in (2, 4, 8, "auto"):
             with eagle3.Eagle3Session(target, draft, n_draft_max=8 if n_draft == "auto" else n_draft) as session:

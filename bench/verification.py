@@ -38,8 +38,8 @@ def main() -> None:
     parser.add_argument("--n-draft-max", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats (medians of tokens/s)")
     args = parser.parse_args()
-    target_path, draft_path = shipped.default_pair()
-    prompts = shipped.held_out_prompts()[:args.prompts]
+    target_path, draft_path = shipped.toy_pair()
+    prompts = shipped.toy_prompts()[:args.prompts]
     seeds = range(args.seeds)
     with eagle3.Model(target_path) as tm, eagle3.Model(draft_path) as dm, eagle3.Context(tm) as target, \
             eagle3.Context(dm, other=target) as draft, eagle3.Context(tm) as plain_ctx, \

@@ -90,7 +90,7 @@ def main() -> None:
     binary = None if args.no_stock else build_stock("llama-bench") / "llama-bench"
     bandwidth = stream_bandwidth(args.threads)
     print(f"{args.threads} threads; this machine streams {bandwidth / 1e9:.1f} GB/s (numpy, {args.threads} threads)")
-    for path in args.model or [Path(shipped.default_pair()[0])]:
+    for path in args.model or [Path(shipped.toy_pair()[0])]:
         ours: list[list[float]] = []
         theirs: list[list[float]] = []
         pp: list[float] = []

@@ -77,16 +77,28 @@ def test_errors_are_one_line(tiny_pair):
 
 def test_generate_with_the_shipped_pair():
     """The shipped draft is trained: it must be accepted far more often than chance."""
-    assert shipped.TARGET.is_file() and shipped.DRAFT.is_file()
-    result = run_cli("generate", "def fibonacci(n):", "-n", "64", "--n-draft-max", "4", "--compare", "--json")
+    assert shipped.TOY_TARGET.is_file() and shipped.TOY_DRAFT.is_file()
+    result = run_cli("generate", "def fibonacci(n):", "-n", "64", "--n-draft-max", "4", "--compare", "--json",
+                     "--pair", "toy")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert len(out["tokens"]) == 64 and out["plain"]["identical"]
     assert out["stats"]["mean_accepted_length"] > 2.0
 
 
+def test_generate_with_the_default_pair():
+    """The README's first command: SmolLM2-135M-Instruct (fetched once into the cache) and its head,
+    a chat prompt the head never saw; greedy speculation gives plain decoding's answer."""
+    result = run_cli("generate", "How do submarines dive and come back up?", "-n", "48", "--n-draft-max", "4",
+                     "--compare", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["prompt"].startswith("<|im_start|>") and out["plain"]["identical"]
+    assert len(out["text"]) > 40 and out["stats"]["mean_accepted_length"] > 1.15
+
+
 def test_bench_on_held_out_prompts():
-    result = run_cli("bench", "--prompts", "2", "-n", "32", "--n-draft", "2", "4", "--json")
+    result = run_cli("bench", "--prompts", "2", "-n", "32", "--n-draft", "2", "4", "--json", "--pair", "toy")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert [r["n_draft_max"] for r in rows] == [2, 4]

@@ -120,13 +120,13 @@ def test_an_mtp_session_verifies_by_rejection_too(model_dir):
 def test_on_the_shipped_pair_rejection_keeps_more_drafts_at_temperature_one():
     from eagle3 import shipped
 
-    t, d = shipped.default_pair()
+    t, d = shipped.toy_pair()
     taus = {}
     with eagle3.Model(t) as tm, eagle3.Model(d) as dm, eagle3.Context(tm) as tctx, \
             eagle3.Context(dm, other=tctx) as dctx, eagle3.Eagle3Session(tctx, dctx, n_draft_max=4) as session:
         for verify in ("match", "rejection"):
             session.generation_stats = type(session.generation_stats)()
-            for prompt in shipped.held_out_prompts()[:4]:
+            for prompt in shipped.toy_prompts()[:4]:
                 for seed in range(2):
                     session.generate(prompt, 64, temperature=1.0, seed=seed, verify=verify)
             taus[verify] = session.generation_stats.mean_accepted_length

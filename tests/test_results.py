@@ -24,7 +24,7 @@ def test_tiny_temperatures_sample_the_greedy_tokens(chain_session, temperature, 
 
 @pytest.fixture(scope="module")
 def shipped_session():
-    target_path, draft_path = shipped.default_pair()
+    target_path, draft_path = shipped.toy_pair()
     with eagle3.Model(target_path) as tm, eagle3.Model(draft_path) as dm, eagle3.Context(tm, n_seq_max=2) as tctx, \
             eagle3.Context(dm, other=tctx) as dctx, eagle3.Eagle3Session(tctx, dctx, n_seq=2, n_draft_max=4) as session:
         yield session

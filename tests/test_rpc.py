@@ -282,7 +282,7 @@ def test_servers_killed_at_random_points_fail_closed():
     child process, gets an eagle3 exception naming the server every time, closes
     everything and keeps no thread or descriptor of it."""
     rng = random.Random(20261201)
-    pair = shipped.default_pair()  # (18 MB: loading takes a while)
+    pair = shipped.toy_pair()  # (18 MB: loading takes a while)
     outcomes = []
     for trial in range(20):
         way = WAYS[trial % len(WAYS)]

@@ -117,7 +117,7 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 @pytest.fixture(scope="module")
 def shipped_session():
-    t, d = shipped.default_pair()
+    t, d = shipped.toy_pair()
     with eagle3.Model(t) as tm, eagle3.Model(d) as dm, eagle3.Context(tm) as tc, \
             eagle3.Context(dm, other=tc) as dc, eagle3.Eagle3Session(tc, dc, n_draft_max=4) as session:
         yield tc, session
@@ -202,7 +202,7 @@ def test_a_chat_template_from_the_gguf(tiny_pair, tmp_path):
 HANGS_UNPATCHED = r"""
 import sys, eagle3
 from eagle3 import shipped
-with eagle3.Model(shipped.default_pair()[0]) as m, eagle3.Context(m) as c:
+with eagle3.Model(shipped.toy_pair()[0]) as m, eagle3.Context(m) as c:
     for kwargs in (dict(grammar='root ::= "x" [a-z]{5,2}'),
                    dict(json_schema={"type": "string", "minLength": 5, "maxLength": 2})):
         try:

@@ -151,6 +151,23 @@ def test_an_interrupted_run_resumes_to_the_same_head(tmp_path, monkeypatch):
     assert saved["held_out_tau"] == pytest.approx(resumed.held_out_tau)
 
 
+@pytest.mark.parametrize("shape", ["tied-48x5", "qwen2"])
+def test_other_target_shapes_and_architectures(tmp_path, shape):
+    if shape == "qwen2":
+        from gguf_edit import as_qwen2
+
+        spec = CHAIN
+        target = as_qwen2(write_target(tmp_path / "llama.gguf", spec), tmp_path / "t.gguf")
+    else:
+        spec = TargetSpec(n_layer=5, n_embd=48, n_head=6, n_head_kv=3, n_ff=96, n_vocab=300, tied=True, seed=4)
+        target = write_target(tmp_path / "t.gguf", spec)
+    report = eagle3.train_head(target, tmp_path / "h.gguf", _prompts(16, spec.n_vocab, seed=2),
+                               **{**QUICK, "tokens": 300, "epochs": 2, "draft_vocab_size": 64})
+    assert eagle3.check_pair(target, report.head).ok
+    assert report.draft_vocab_size == 64 and 0 <= max(report.target_layers) < spec.n_layer
+    assert report.held_out_tau >= 1.0
+
+
 def test_bad_requests_are_refused_before_any_work(tmp_path):
     target = write_target(tmp_path / "t.gguf", CHAIN)
     ok = _prompts(12, CHAIN.n_vocab)

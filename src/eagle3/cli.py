@@ -26,7 +26,7 @@ import numpy as np
 
 from eagle3 import _build_config, _core, remote, shipped
 from eagle3.compat import check_pair
-from eagle3.errors import Eagle3Error, ModelLoadError
+from eagle3.errors import Eagle3Error, InvalidArgumentError, ModelLoadError
 
 
 def _jsonable(value: Any) -> Any:
@@ -57,15 +57,17 @@ DRAFTERS = {"eagle3": True, "mtp": False, "draft": True,
 
 
 def _pair(args: argparse.Namespace) -> tuple[str, str | None]:
-    """The target and draft files: the shipped pair for EAGLE-3 without --target."""
+    """The target and draft files: a shipped pair (--pair) for EAGLE-3 without --target."""
     needs_draft = DRAFTERS[args.drafter]
     if args.ngram and not args.drafter.startswith("ngram"):
         raise Eagle3Error("--ngram sets the parameters of an n-gram drafter (--drafter ngram...)")
     if not args.target:
         if args.draft or args.drafter != "eagle3":
             raise Eagle3Error(f"--drafter {args.drafter} needs --target (only EAGLE-3 has a shipped pair)")
-        target, draft = shipped.default_pair()
+        target, draft = shipped.toy_pair() if args.pair == "toy" else shipped.default_pair()
         return str(target), str(draft)
+    if args.pair:
+        raise Eagle3Error("--pair names a shipped pair: give it or --target, not both")
     if needs_draft and not args.draft:
         raise Eagle3Error(f"--drafter {args.drafter} needs --draft (its draft model)")
     if args.draft and not needs_draft:
@@ -171,7 +173,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     try:
         sampling = _sampling(args)
         prompt: Any = args.prompt
-        if args.chat:  # the prompt is the user's turn of a chat, through the model's template
+        if _chat(args):  # the prompt is the user's turn of a chat, through the model's template
             messages = [{"role": "user", "content": args.prompt}]
             args.prompt = loaded.target_model.apply_chat_template(messages)
             prompt = loaded.target_model.chat_tokens(messages)
@@ -216,12 +218,25 @@ def cmd_generate(args: argparse.Namespace) -> int:
         loaded.close()
 
 
+def _chat(args: argparse.Namespace) -> bool:
+    """Whether prompts are chat messages: --chat, or by default with the default (chat model) pair."""
+    return args.chat if args.chat is not None else not args.target and args.pair != "toy"
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    prompts = [args.prompt] if args.prompt else shipped.held_out_prompts()[:args.prompts]
+    chat = _chat(args)
+    if args.prompt:
+        prompts = [args.prompt]
+    elif chat:
+        prompts = shipped.held_out_chat_prompts()[:args.prompts]
+    else:
+        prompts = shipped.toy_prompts()[:args.prompts]
     drafts = args.n_draft
     n_session = max([n for n in drafts if n != "auto"], default=8)
     loaded = _Loaded(args, n_session)
     try:
+        if chat:
+            prompts = [loaded.target_model.chat_tokens([{"role": "user", "content": p}]) for p in prompts]
         plain_s, plain_tokens = 0.0, 0
         spec_s = {n: 0.0 for n in drafts}
         stats = {}
@@ -328,6 +343,31 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prompt_file(path: str) -> list:
+    """Prompts from a file: a JSON list of strings (or of token-id lists), or one prompt per line."""
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith(".json"):
+        prompts = json.loads(text)
+        if not isinstance(prompts, list) or not prompts:
+            raise InvalidArgumentError(f"{path}: expected a JSON list of prompts")
+        return [p if isinstance(p, str) else np.asarray(p, dtype=np.int32) for p in prompts]
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def cmd_train_head(args: argparse.Namespace) -> int:
+    from eagle3.train import train_head
+
+    prompts = _prompt_file(args.prompts) if args.prompts else None
+    report = train_head(args.target, args.out, prompts, tokens=args.tokens, max_new_tokens=args.max_new_tokens,
+                        temperature=args.temperature, epochs=args.epochs, draft_vocab_size=args.draft_vocab,
+                        layers=args.target_layers, seed=args.seed, work_dir=args.work_dir, threads=args.threads,
+                        device=args.device, held_out=args.held_out, ttt_steps=args.ttt_steps,
+                        batch_tokens=args.batch_tokens, lr=args.lr, outtype=args.outtype)
+    print(f"head: {report.head} ({report.answer_tokens} answer tokens from {report.train_examples} prompts, "
+          f"{report.steps} steps; held-out tau {report.held_out_tau:.2f} at n_draft_max 4)")
+    return 0
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     metadata, types, tensors = _core.read_gguf(args.model)
     if args.json:
@@ -356,6 +396,9 @@ def _rpc_servers(value: str) -> tuple[str, ...]:
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="target model GGUF (default: the shipped pair)")
+    p.add_argument("--pair", choices=["default", "toy"], default=None,
+                   help="without --target: SmolLM2-135M-Instruct (fetched on first use) and its EAGLE-3 head "
+                        "(default), or the toy code model (no download)")
     p.add_argument("--drafter", choices=list(DRAFTERS), default="eagle3",
                    help="what drafts: an EAGLE-3 draft (default), the target's MTP heads, a small draft model, or "
                         "n-grams of the text so far (ngram: ngram-simple)")
@@ -415,8 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grammar", metavar="FILE", help="constrain the output to this GBNF grammar (rule root)")
     p.add_argument("--json-schema", metavar="SCHEMA", help="constrain the output to this JSON schema (a file, or "
                                                             "the JSON itself)")
-    p.add_argument("--chat", action="store_true", help="the prompt is a user message: wrap it in the model's chat "
-                                                       "template")
+    p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                   help="the prompt is a user message: wrap it in the model's chat template (default: on for "
+                        "the default pair, off otherwise)")
     p.add_argument("--compare", action="store_true", help="also decode without speculation and print the speedup")
     p.add_argument("--json", action="store_true", help="print the result and statistics as one JSON object")
     _add_model_args(p)
@@ -425,7 +469,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="speculative vs plain decoding over several draft lengths",
                        description="Time greedy speculative decoding against plain decoding of the same target, "
                                    "on held-out prompts (or PROMPT), for each draft length.")
-    p.add_argument("--prompt", help="one prompt instead of the shipped held-out prompts")
+    p.add_argument("--prompt", help="one prompt instead of the shipped held-out prompts (chat messages with "
+                                    "--chat, code snippets without)")
+    p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                   help="prompts are user messages, through the model's chat template (default: on for the "
+                        "default pair)")
     p.add_argument("--prompts", type=_positive, default=8, help="how many held-out prompts (default 8)")
     p.add_argument("-n", "--n-predict", type=_positive, default=128)
     p.add_argument("--n-draft", nargs="+", type=_n_draft, default=[2, 4, 8, "auto"],
@@ -458,6 +506,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the three target layers the draft reads, as layer inputs (0: the embeddings); "
                         "for a draft whose config does not name them")
     p.set_defaults(run=cmd_convert)
+
+    p = sub.add_parser("train-head", help="train an EAGLE-3 head for a GGUF target (needs PyTorch)",
+                       description="Self-distillation: the target answers chat prompts, eagle3 reads its hidden "
+                                   "states and logits from the GGUF, and PyTorch trains one EAGLE-3 decoder layer "
+                                   "with a training-time test. Resumes from its work folder; prints the head's "
+                                   "held-out tau. Needs the train extra: pip install \"eagle3[train]\".")
+    p.add_argument("target", help="target model GGUF")
+    p.add_argument("-o", "--out", required=True, help="the head GGUF to write")
+    p.add_argument("--prompts", metavar="FILE", help="a JSON list of prompts, or one prompt per line (default: "
+                                                    "eagle3's own 500 chat prompts)")
+    p.add_argument("--tokens", type=_positive, default=100_000, help="answer tokens to distil (default 100000)")
+    p.add_argument("--max-new-tokens", type=_positive, default=256, help="longest answer (default 256)")
+    p.add_argument("--temperature", type=float, default=0.0, help="answers' sampling temperature (default 0: greedy)")
+    p.add_argument("--epochs", type=float, default=4.0, help="passes over the data (default 4)")
+    p.add_argument("--draft-vocab", type=_positive, default=8192, help="draft vocabulary size (default 8192)")
+    p.add_argument("--ttt-steps", type=_positive, default=5, help="draft steps trained at once (default 5)")
+    p.add_argument("--batch-tokens", type=_positive, default=4096, help="tokens per training step (default 4096)")
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 0.001)")
+    p.add_argument("--outtype", choices=["f16", "q8_0"], default="f16", help="the head's matrices (default f16)")
+    p.add_argument("--target-layers", type=_layer_ids, metavar="A,B,C",
+                   help="the three target layers whose inputs the head reads (default 2, n/2, n-3)")
+    p.add_argument("--held-out", type=int, default=8, help="prompts kept for measuring tau (default 8)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work-dir", help="data and checkpoints (default: OUT.work); a stopped run resumes from it")
+    p.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: all usable)")
+    p.add_argument("--device", help="torch device (default: cuda when present, else cpu)")
+    p.set_defaults(run=cmd_train_head)
 
     p = sub.add_parser("info", help="show a GGUF model's metadata",
                        description="Print a GGUF file's metadata (and tensors) without loading it.")

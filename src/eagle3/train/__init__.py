@@ -68,12 +68,18 @@ def _layers(model: Model, layers: Sequence[int] | None) -> list[int]:
 def _shape(model: Model) -> dict:
     meta, arch = model.metadata, model.architecture
     n_embd, n_head, n_kv = model.n_embd, model.n_head, model.n_head_kv
-    if n_embd % n_head or (n_embd // n_head) % 2 or n_head % max(n_kv, 1):
-        raise InvalidArgumentError(f"a head of width {n_embd} cannot have the target's {n_head} attention heads "
-                                   f"({n_kv} for keys and values)")
+    if n_embd % n_head or (n_embd // n_head) % 2 or n_kv < 1 or n_head % n_kv:
+        # the head's attention need not be the target's: heads of the widest even size that fits
+        head_dim = next((d for d in (128, 64, 32, 16, 8, 4, 2) if n_embd % d == 0), None)
+        if head_dim is None:
+            raise InvalidArgumentError(f"a head of odd width {n_embd} cannot use rope")
+        n_head = n_kv = n_embd // head_dim
+    n_ff = meta.get(f"{arch}.feed_forward_length", 0)
+    n_ff = int(np.max(n_ff)) if np.size(n_ff) else 0  # (per-layer arrays; MoE targets may give 0)
     return dict(hidden_size=n_embd, target_hidden_size=n_embd, num_attention_heads=n_head,
-                num_key_value_heads=n_kv, intermediate_size=int(meta.get(f"{arch}.feed_forward_length", 4 * n_embd)),
-                vocab_size=model.n_vocab, rms_norm_eps=float(meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+                num_key_value_heads=n_kv, intermediate_size=n_ff if n_ff > 0 else 4 * n_embd,
+                vocab_size=model.n_vocab,
+                rms_norm_eps=float(meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
                 rope_theta=float(meta.get(f"{arch}.rope.freq_base", 10000.0)))
 
 
@@ -142,114 +148,114 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         raise InvalidArgumentError(f"outtype must be one of {export.OUTTYPES}, got {outtype!r}")
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
-    model = Model(target)
-    if _core.eagle3_target_support(model.architecture) < 1:
-        raise InvalidArgumentError(f"llama.cpp's EAGLE-3 cannot read hidden states from a '{model.architecture}' "
-                                   f"target (its graph does not record its layers' inputs)")
-    layers = _layers(model, layers)
-    shape = _shape(model)
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads)
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    with Model(target) as model:
+        if _core.eagle3_target_support(model.architecture) < 1:
+            raise InvalidArgumentError(f"llama.cpp's EAGLE-3 cannot read hidden states from a '{model.architecture}' "
+                                       f"target (its graph does not record its layers' inputs)")
+        layers = _layers(model, layers)
+        shape = _shape(model)
+        torch.manual_seed(seed)
+        torch.set_num_threads(threads)
+        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
-    all_prompts = list(default_prompts() if prompts is None else prompts)
-    if len(all_prompts) <= held_out:
-        raise InvalidArgumentError(f"{len(all_prompts)} prompts: more than held_out = {held_out} are needed")
-    ids = _data.prompt_tokens(model, all_prompts, chat)
-    train_ids, held_ids = _split(ids, held_out, seed)
-    _data.write_manifest(work, dict(target=model.path, target_size=os.path.getsize(model.path), layers=layers,
-                                    prompts=_digest(ids), held_out=held_out, seed=seed, top_k=top_k,
-                                    max_new_tokens=max_new_tokens, temperature=temperature))
+        all_prompts = list(default_prompts() if prompts is None else prompts)
+        if len(all_prompts) <= held_out:
+            raise InvalidArgumentError(f"{len(all_prompts)} prompts: more than held_out = {held_out} are needed")
+        ids = _data.prompt_tokens(model, all_prompts, chat)
+        train_ids, held_ids = _split(ids, held_out, seed)
+        _data.write_manifest(work, dict(target=model.path, target_size=os.path.getsize(model.path), layers=layers,
+                                        prompts=_digest(ids), held_out=held_out, seed=seed, top_k=top_k,
+                                        max_new_tokens=max_new_tokens, temperature=temperature))
 
-    sequences = _data.answer(model, train_ids, work / "answers", max_new_tokens, temperature, seed, n_seq, threads,
-                             progress, budget=tokens)
-    n_prompt = [len(p) for p in train_ids[:len(sequences)]]
-    held_seqs = _data.answer(model, held_ids, work / "held-out", max_new_tokens, temperature, seed + 1_000_003, n_seq,
-                             threads, progress)
-    seconds["answers"] = time.monotonic() - t0
-    t1 = time.monotonic()
-    train_set = _data.features(model, sequences, n_prompt, layers, top_k, work / "features", threads, progress)
-    held_set = _data.features(model, held_seqs, [len(p) for p in held_ids], layers, top_k,
-                              work / "held-out-features", threads, progress)
-    seconds["features"] = time.monotonic() - t1
+        sequences = _data.answer(model, train_ids, work / "answers", max_new_tokens, temperature, seed, n_seq, threads,
+                                 progress, budget=tokens)
+        n_prompt = [len(p) for p in train_ids[:len(sequences)]]
+        held_seqs = _data.answer(model, held_ids, work / "held-out", max_new_tokens, temperature,
+                                 seed + 1_000_003, n_seq, threads, progress)
+        seconds["answers"] = time.monotonic() - t0
+        t1 = time.monotonic()
+        train_set = _data.features(model, sequences, n_prompt, layers, top_k, work / "features", threads, progress)
+        held_set = _data.features(model, held_seqs, [len(p) for p in held_ids], layers, top_k,
+                                  work / "held-out-features", threads, progress)
+        seconds["features"] = time.monotonic() - t1
 
-    # the head
-    t2 = time.monotonic()
-    eog = [t for t in range(model.n_vocab) if model.is_eog(t)][:16]
-    d2t = fit.draft_vocabulary(train_set, model.n_vocab, draft_vocab_size, eog)
-    cfg = DraftConfig(**shape, draft_vocab_size=len(d2t), aux_layers=tuple(layers),
-                      max_position_embeddings=int(model.metadata.get(f"{model.architecture}.context_length", 2048)))
-    head = Eagle3Draft(cfg, torch.from_numpy(d2t))
-    embeddings = torch.from_numpy(export.target_matrix(model.path, ("token_embd.weight",))).to(dev)
-    with torch.no_grad():
-        for p in head.parameters():
-            if p.dim() == 2:
-                torch.nn.init.normal_(p, std=0.02)
-        # start from the target's own output head and final norm
-        lm = export.target_matrix(model.path, ("output.weight", "token_embd.weight"))
-        head.lm_head.weight.copy_(torch.from_numpy(lm[d2t]))
-        norm = export.target_vector(model.path, "output_norm.weight")
-        if norm is not None and norm.shape == (cfg.hidden_size,):
-            head.norm.weight.copy_(torch.from_numpy(norm))
-    head.to(dev)
-    trainer = fit.Trainer(head, embeddings, train_set, ttt_steps, batch_tokens, step_decay, dev)
-    total_steps = max(1, round(epochs * len(train_set.tokens) / batch_tokens))
-    opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    rng = np.random.default_rng(seed)
-    step = 0
-    ckpt = work / "checkpoint.pt"
-    recipe = dict(d2t=_digest([d2t]), steps=total_steps, ttt_steps=ttt_steps, batch_tokens=batch_tokens, lr=lr,
-                  step_decay=step_decay, cfg=dataclasses.asdict(cfg))
-    if ckpt.exists():
-        state = torch.load(ckpt, map_location=dev, weights_only=False)
-        if state["recipe"] == recipe:
-            head.load_state_dict(state["head"])
-            opt.load_state_dict(state["opt"])
-            rng.bit_generator.state = state["rng"]
-            step = state["step"]
-    bar = Progress("training", total_steps, progress)
-    bar.advance(step)
-    head.train()
-    curve: list[float] = []
-    while step < total_steps:
-        for group in opt.param_groups:
-            group["lr"] = fit.lr_at(step, total_steps, lr, warmup=min(50, total_steps // 10 + 1))
-        losses, agree = trainer.losses(trainer.sample(rng))
-        loss = trainer.loss(losses)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
-        step += 1
-        curve.append(float(loss.detach()))
-        bar.advance(1, f"loss {np.mean(curve[-20:]):.3f}, first-step agreement {agree[0]:.2f}")
-        if step % checkpoint_every == 0 or step == total_steps:
-            tmp = ckpt.with_name(ckpt.name + ".partial")
-            torch.save(dict(recipe=recipe, head=head.state_dict(), opt=opt.state_dict(),
-                            rng=rng.bit_generator.state, step=step), tmp)
-            tmp.replace(ckpt)
-    bar.done()
-    head.eval()
-    held_trainer = fit.Trainer(head, embeddings, held_set, ttt_steps, batch_tokens, step_decay, dev)
-    with torch.no_grad():
-        parts = [held_trainer.losses(held_trainer.sample(rng, np.array([i]))) for i in range(len(held_set))]
-    held_loss = np.mean([[float(x) for x in p[0]] for p in parts], 0).tolist()
-    held_agree = np.mean([p[1] for p in parts], 0).tolist()
-    seconds["training"] = time.monotonic() - t2
+        # the head
+        t2 = time.monotonic()
+        eog = [t for t in range(model.n_vocab) if model.is_eog(t)][:16]
+        d2t = fit.draft_vocabulary(train_set, model.n_vocab, draft_vocab_size, eog)
+        cfg = DraftConfig(**shape, draft_vocab_size=len(d2t), aux_layers=tuple(layers),
+                          max_position_embeddings=int(model.metadata.get(f"{model.architecture}.context_length", 2048)))
+        head = Eagle3Draft(cfg, torch.from_numpy(d2t))
+        embeddings = torch.from_numpy(export.target_matrix(model.path, ("token_embd.weight",))).to(dev)
+        with torch.no_grad():
+            for p in head.parameters():
+                if p.dim() == 2:
+                    torch.nn.init.normal_(p, std=0.02)
+            # start from the target's own output head and final norm
+            lm = export.target_matrix(model.path, ("output.weight", "token_embd.weight"))
+            head.lm_head.weight.copy_(torch.from_numpy(lm[d2t]))
+            norm = export.target_vector(model.path, "output_norm.weight")
+            if norm is not None and norm.shape == (cfg.hidden_size,):
+                head.norm.weight.copy_(torch.from_numpy(norm))
+        head.to(dev)
+        trainer = fit.Trainer(head, embeddings, train_set, ttt_steps, batch_tokens, step_decay, dev)
+        total_steps = max(1, round(epochs * len(train_set.tokens) / batch_tokens))
+        opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+        rng = np.random.default_rng(seed)
+        step = 0
+        ckpt = work / "checkpoint.pt"
+        recipe = dict(d2t=_digest([d2t]), steps=total_steps, ttt_steps=ttt_steps, batch_tokens=batch_tokens, lr=lr,
+                      step_decay=step_decay, cfg=dataclasses.asdict(cfg))
+        if ckpt.exists():
+            state = torch.load(ckpt, map_location=dev, weights_only=False)
+            if state["recipe"] == recipe:
+                head.load_state_dict(state["head"])
+                opt.load_state_dict(state["opt"])
+                rng.bit_generator.state = state["rng"]
+                step = state["step"]
+        bar = Progress("training", total_steps, progress)
+        bar.advance(step)
+        head.train()
+        curve: list[float] = []
+        while step < total_steps:
+            for group in opt.param_groups:
+                group["lr"] = fit.lr_at(step, total_steps, lr, warmup=min(50, total_steps // 10 + 1))
+            losses, agree = trainer.losses(trainer.sample(rng))
+            loss = trainer.loss(losses)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+            opt.step()
+            step += 1
+            curve.append(float(loss.detach()))
+            bar.advance(1, f"loss {np.mean(curve[-20:]):.3f}, first-step agreement {agree[0]:.2f}")
+            if step % checkpoint_every == 0 or step == total_steps:
+                tmp = ckpt.with_name(ckpt.name + ".partial")
+                torch.save(dict(recipe=recipe, head=head.state_dict(), opt=opt.state_dict(),
+                                rng=rng.bit_generator.state, step=step), tmp)
+                tmp.replace(ckpt)
+        bar.done()
+        head.eval()
+        held_trainer = fit.Trainer(head, embeddings, held_set, ttt_steps, batch_tokens, step_decay, dev)
+        with torch.no_grad():
+            parts = [held_trainer.losses(held_trainer.sample(rng, np.array([i]))) for i in range(len(held_set))]
+        held_loss = np.mean([[float(x) for x in p[0]] for p in parts], 0).tolist()
+        held_agree = np.mean([p[1] for p in parts], 0).tolist()
+        seconds["training"] = time.monotonic() - t2
 
-    head.cpu()
-    context_length = int(model.metadata.get(f"{model.architecture}.context_length", 4096))
-    path = export.write_head(out, model.path, head, context_length, outtype)
-    t3 = time.monotonic()
-    tau = measure_tau(model, path, held_ids, max_new_tokens=min(128, max_new_tokens), threads=threads)
-    seconds["held_out_tau"] = time.monotonic() - t3
-    report = TrainReport(path, layers, len(d2t), len(train_set), train_set.answer_tokens(), total_steps,
-                         held_loss, held_agree, tau, seconds)
-    (work / "report.json").write_text(json.dumps(dataclasses.asdict(report), default=str, indent=2) + "\n")
-    if progress:
-        print(f"held-out: tau {tau:.2f} at n_draft_max 4; first-choice agreement per draft step "
-              f"{', '.join(f'{a:.2f}' for a in held_agree)}")
-    return report
+        head.cpu()
+        context_length = int(model.metadata.get(f"{model.architecture}.context_length", 4096))
+        path = export.write_head(out, model.path, head, context_length, outtype)
+        t3 = time.monotonic()
+        tau = measure_tau(model, path, held_ids, max_new_tokens=min(128, max_new_tokens), threads=threads)
+        seconds["held_out_tau"] = time.monotonic() - t3
+        report = TrainReport(path, layers, len(d2t), len(train_set), train_set.answer_tokens(), total_steps,
+                             held_loss, held_agree, tau, seconds)
+        (work / "report.json").write_text(json.dumps(dataclasses.asdict(report), default=str, indent=2) + "\n")
+        if progress:
+            print(f"held-out: tau {tau:.2f} at n_draft_max 4; first-choice agreement per draft step "
+                  f"{', '.join(f'{a:.2f}' for a in held_agree)}")
+        return report
 
 
 def measure_tau(target: Model, head: str | os.PathLike, prompts: list[np.ndarray], max_new_tokens: int = 128,

@@ -60,7 +60,8 @@ def prompt_tokens(model: Model, prompts: Sequence, chat: bool) -> list[np.ndarra
             if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
                 raise InvalidArgumentError(f"prompt {i} is neither a string nor a 1-D array of token ids")
             if ids.min() < 0 or ids.max() >= model.n_vocab:
-                raise InvalidArgumentError(f"prompt {i} holds token ids outside the vocabulary (0..{model.n_vocab - 1})")
+                raise InvalidArgumentError(f"prompt {i} holds token ids outside the vocabulary "
+                                           f"(0..{model.n_vocab - 1})")
         out.append(np.ascontiguousarray(ids, dtype=np.int32))
     return out
 
