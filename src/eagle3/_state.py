@@ -123,11 +123,16 @@ def unpack(data: Any, what: str) -> tuple[dict[str, Any], list[memoryview]]:
 
 
 def expect(description: dict[str, Any], key: str, value: Any, what: str) -> None:
-    """Raise StateError when a described value differs from this object's."""
+    """Raise StateError when a described value differs from this object's, naming the first
+    field that differs (``target.n_ctx``, ``draft.model``, ...)."""
     got = description.get(key)
+    while isinstance(got, dict) and isinstance(value, dict) and got != value:
+        field = next(k for k in sorted(set(got) | set(value)) if got.get(k) != value.get(k))
+        key, got, value = f"{key}.{field}", got.get(field), value.get(field)
     if got != value:
-        raise StateError(f"the state is not one of this {what}: its {key} is {_short(got)}, this {what}'s "
-                         f"{_short(value)}")
+        kind = "another model" if key.endswith("model") or key.endswith("other") else f"another {key}"
+        raise StateError(f"the state is not one of this {what} ({kind}): its {key} is {_short(got)}, this "
+                         f"{what}'s {_short(value)}")
 
 
 def _short(value: Any) -> str:

@@ -11,7 +11,8 @@ from eagle3._core import Batch
 from eagle3._lifetime import Resource
 from eagle3.compat import check_pair
 from eagle3._validate import as_int
-from eagle3.errors import ArgumentTypeError, BadSeqIdError, ContextError, InvalidArgumentError, StateError
+from eagle3.errors import (ArgumentTypeError, BadSeqIdError, ContextError, Eagle3Error, InvalidArgumentError,
+                           SessionStateError, StateError)
 from eagle3.model import Model
 
 _CTX_TYPES = ("default", "mtp")
@@ -245,7 +246,12 @@ class Context(Resource):
             h = self._live()
             if target >= 0:
                 self._check_seq_id(target)
-            h.state_set(parts[0], target)
+            try:
+                h.state_set(parts[0], target)
+            except (InvalidArgumentError, Eagle3Error) as e:
+                if isinstance(e, (StateError, SessionStateError)):
+                    raise
+                raise StateError(f"llama.cpp refused the state: {e}") from None
 
     def _check_seq_id(self, seq_id: int) -> None:
         if not 0 <= seq_id < self.n_seq_max:
