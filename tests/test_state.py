@@ -152,6 +152,9 @@ def test_a_batch_decodes_the_prefix_its_prompts_share_once(make):
     assert b.stats.n_reused == 60
     for p, g in zip(prompts, b):
         np.testing.assert_array_equal(g.tokens, _fresh(make, p, 14).tokens)
+    whole = make(n_seq=3).generate_batch(prompts, 14, reuse=False)  # every prompt decoded whole
+    assert [g.stats.n_reused for g in whole] == [0, 0, 0]
+    assert [g.tokens.tolist() for g in whole] == [g.tokens.tolist() for g in b]
     # and each sequence then goes on from its own caches
     more = [np.concatenate([p, g.tokens]) for p, g in zip(prompts, b)]
     b2 = s.generate_batch(more, 9)

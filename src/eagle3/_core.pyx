@@ -1320,7 +1320,7 @@ cdef class _Request:
     cdef int32_t ** top_ids
     cdef float ** top_lps
 
-    def __cinit__(self, seq_ids, list prompts, list outputs, s, list logprobs=None, bint reuse=False):
+    def __cinit__(self, seq_ids, list prompts, list outputs, s, list logprobs=None, int reuse=E3_REUSE_NONE):
         cdef Py_ssize_t n = len(prompts), i
         sids = _as_int32_array(seq_ids, "seq_ids")
         if sids.shape[0] != n or n == 0:
@@ -1647,8 +1647,8 @@ cdef class Pair:
         k = settings.logprobs
         logprobs = [(np.zeros(room, np.float32), np.full((room, k), -1, np.int32), np.full((room, k), -np.inf, np.float32))
                     for _ in prompts] if k else None
-        cdef _Request request = _Request(seq_ids, prompts, outputs, settings, logprobs,
-                                         settings.reuse and self._still_known())
+        reuse = E3_REUSE_NONE if not settings.reuse else E3_REUSE_ALL if self._still_known() else E3_REUSE_SHARED
+        cdef _Request request = _Request(seq_ids, prompts, outputs, settings, logprobs, reuse)
         cdef e3_error err
         cdef int rc
         _log_reset()

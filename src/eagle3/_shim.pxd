@@ -166,6 +166,9 @@ cdef extern from "eagle3_engine.h" nogil:
         E3_FINISH_CONTEXT
         E3_FINISH_CANCELLED
         E3_DRAFT_AUTO
+        E3_REUSE_NONE
+        E3_REUSE_SHARED
+        E3_REUSE_ALL
 
     ctypedef struct e3_request:
         int32_t n_seq

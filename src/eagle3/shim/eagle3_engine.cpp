@@ -564,7 +564,7 @@ static void setup(e3_engine * e, const e3_request & r, std::vector<std::unique_p
         s.tally = e3::tally(e->n_draft_spec);
         s.smpl = std::move(samplers[i]);
     }
-    if (!r.reuse) {
+    if (r.reuse != E3_REUSE_ALL) {
         for (int32_t seq = 0; seq < e->n_seq_limit; ++seq) {
             e->forget(seq);
         }
@@ -661,11 +661,11 @@ static int prefill(e3_engine * e, const e3_request & r, e3_error * err) {
     llama_memory_t mem = llama_get_memory(e->ctx);
 
     std::vector<int32_t> common(r.n_seq, 0);
-    int32_t shared = r.n_prompt[0] - 1;  // the prefix every prompt shares
+    int32_t shared = r.reuse == E3_REUSE_NONE ? 0 : r.n_prompt[0] - 1;  // the prefix every prompt shares
     for (int32_t i = 0; i < r.n_seq; ++i) {
         const int32_t seq = r.seq_ids[i];
         common[i] = e->known[seq] ? common_prefix(e->held[seq], r.prompts[i], r.n_prompt[i] - 1) : 0;
-        if (i > 0) {
+        if (i > 0 && shared > 0) {
             shared = std::min(shared, common_prefix(std::vector<int32_t>(r.prompts[0], r.prompts[0] + shared),
                                                     r.prompts[i], r.n_prompt[i] - 1));
         }

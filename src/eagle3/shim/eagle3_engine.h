@@ -64,6 +64,12 @@ enum e3_finish {
 
 #define E3_DRAFT_AUTO (-1)
 
+enum e3_reuse {
+    E3_REUSE_NONE   = 0,
+    E3_REUSE_SHARED = 1,
+    E3_REUSE_ALL    = 2,
+};
+
 /* One generation: n_seq prompts, each on its own sequence, sampled alike. */
 typedef struct e3_request {
     int32_t                 n_seq;
@@ -90,10 +96,11 @@ typedef struct e3_request {
     int32_t * const *       top_ids;
     float * const *         top_logprobs;
     int32_t                 trace;       /* nonzero: record every round (e3_engine_trace) */
-    /* nonzero: each sequence keeps the longest prefix of its prompt that its KV cache (and
-     * the draft side) already holds from this engine's last generation, and the prompts'
-     * common prefix is decoded once (on one sequence, then copied); 0: the engine forgets
-     * what the contexts held (something else changed them) and decodes every prompt whole */
+    /* E3_REUSE_ALL: each sequence keeps the longest prefix of its prompt that its KV cache
+     * (and the draft side) holds from this engine's last generation, and the prefix the
+     * prompts share is decoded once (on one sequence, then copied to the others);
+     * E3_REUSE_SHARED: only the latter (something else changed the contexts: the engine
+     * forgets what they held); E3_REUSE_NONE: every prompt is decoded whole */
     int32_t                 reuse;
 } e3_request;
 
