@@ -61,6 +61,8 @@ class Api(RuleBasedStateMachine):
         self.batch = eagle3.Batch(64, n_seq_max=3)
         self.stale = eagle3.Batch(64, n_seq_max=3)
         self.views = []
+        self.last = []     # the last generated prompt and output (continuations reuse it)
+        self.states = []   # saved states, loaded later (often into something else)
 
     def _next_pos(self, s):
         held = attempt(self.target.seq_pos_max, s)
@@ -138,6 +140,50 @@ class Api(RuleBasedStateMachine):
         else:
             attempt(session.stats, s if n % 2 else None)
             attempt(session.print_stats)
+
+    @rule(k=st.integers(0, 60), toks=st.lists(token, max_size=6), n=st.integers(1, 10), reuse=st.booleans(),
+          n_prompts=st.integers(1, 3))
+    def generate(self, k, toks, n, reuse, n_prompts):
+        """A whole generation, often continuing (or leaving early) the last one: prefix reuse."""
+        if self.session is None:
+            return
+        prompt = (self.last[:k] + toks) or [1]
+        if n_prompts == 1:
+            g = attempt(self.session.generate, prompt, n, reuse=reuse)
+            if g is not FAILED:
+                self.last = prompt + [int(t) for t in g.tokens]
+        else:
+            attempt(self.session.generate_batch, [prompt, prompt + toks, toks or [2]][:n_prompts], n, reuse=reuse)
+
+    @rule(which=st.sampled_from(["session", "target", "target-seq", "draft-seq"]), s=seq)
+    def save_state(self, which, s):
+        if which == "session":
+            data = attempt(self.session.save_state) if self.session is not None else FAILED
+        elif which == "target":
+            data = attempt(self.target.save_state)
+        else:
+            data = attempt((self.target if which == "target-seq" else self.draft).save_state, s)
+        if data is not FAILED:
+            self.states = (self.states + [data])[-4:]
+
+    @rule(i=st.integers(0, 3), into=st.sampled_from(["session", "target", "draft"]), s=mostly(st.none(), seq),
+          damage=mostly(st.just(0), st.integers(1, 3)), at=st.integers(0, 2**20))
+    def load_state(self, i, into, s, damage, at):
+        """A saved state, whole or damaged, into the session or a context it may not fit."""
+        if not self.states:
+            return
+        data = self.states[i % len(self.states)]
+        if damage == 1:
+            data = data[:at % len(data)]
+        elif damage == 2:
+            data = data[:at % len(data)] + bytes([data[at % len(data)] ^ 0x10]) + data[at % len(data) + 1:]
+        elif damage == 3:
+            data = b""
+        if into == "session":
+            if self.session is not None:
+                attempt(self.session.load_state, data)
+        else:
+            attempt((self.target if into == "target" else self.draft).load_state, data, seq_id=s)
 
     @rule(i=mostly(st.integers(-2, 0), st.integers(-6, 70)), keep=st.booleans())
     def logits(self, i, keep):

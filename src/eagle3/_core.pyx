@@ -10,7 +10,7 @@ handles and add lifetimes, locking and context managers.
 
 from cpython.bytes cimport PyBytes_AsStringAndSize
 from cpython.exc cimport PyErr_CheckSignals, PyErr_SetInterrupt
-from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
 
@@ -856,6 +856,7 @@ cdef class ContextHandle:
     cdef readonly uint32_t n_ctx, n_batch, n_ubatch, n_seq_max
     cdef readonly bint is_mtp
     cdef readonly uint64_t serial            # successful decodes so far
+    cdef public uint64_t kv_epoch             # changes of the KV cache by calls other than a generation's
     cdef Batch last_batch                     # batch of the last successful decode
     cdef uint64_t last_version
     cdef object last_outputs                  # int8 output flags of the last decode
@@ -1020,6 +1021,7 @@ cdef class ContextHandle:
                 reason = err.message.decode("utf-8", "replace")
             raise DecodeError(_with_log(f"llama_decode returned {rc}: {reason}"))
         self.serial += 1
+        self.kv_epoch += 1
         self.last_batch = batch
         self.last_version = batch.version
         self.last_outputs = batch._out_np[:n].copy()
@@ -1130,6 +1132,7 @@ cdef class ContextHandle:
         cdef bint ok
         with nogil:
             ok = llama_memory_seq_rm(llama_get_memory(self.ptr), seq_id, p0, p1)
+        self.kv_epoch += 1
         return ok
 
     def seq_pos_max(self, int32_t seq_id):
@@ -1143,7 +1146,40 @@ cdef class ContextHandle:
     def clear(self):
         with nogil:
             llama_memory_clear(llama_get_memory(self.ptr), True)
+        self.kv_epoch += 1
         self.outputs_lost(False)
+
+    def state_get(self, int32_t seq_id):
+        """The KV cache of sequence ``seq_id`` (< 0: the whole context's state) as llama.cpp writes it."""
+        if seq_id >= 0:
+            self._check_seq(seq_id)
+        cdef size_t n = 0
+        cdef e3_error err
+        _check(e3_state_get(self.ptr, seq_id, NULL, 0, &n, &err), &err)
+        out = bytearray(n)
+        cdef unsigned char * p = out
+        with nogil:
+            rc = e3_state_get(self.ptr, seq_id, <uint8_t *> p, n, &n, &err)
+        _check(rc, &err)
+        return bytes(out[:n])
+
+    def state_set(self, const unsigned char[::1] data, int32_t seq_id):
+        """Restore what :meth:`state_get` wrote (the caller has checked it is this context's)."""
+        if seq_id >= 0:
+            self._check_seq(seq_id)
+        if self.n_views > 0:
+            raise SessionStateError("logits views of this context are alive; loading a state would overwrite "
+                                    "them. Delete them (or copy them) first")
+        cdef e3_error err
+        cdef int rc
+        cdef size_t n = data.shape[0]
+        cdef const uint8_t * p = <const uint8_t *> &data[0] if n else NULL
+        _log_reset()
+        with nogil:
+            rc = e3_state_set(self.ptr, seq_id, p, n, &err)
+        self.kv_epoch += 1
+        self.outputs_lost(True)
+        _check(rc, &err)
 
 
 # ---------------------------------------------------------------------------
@@ -1334,7 +1370,7 @@ cdef class _Request:
     cdef int32_t ** top_ids
     cdef float ** top_lps
 
-    def __cinit__(self, seq_ids, list prompts, list outputs, s, list logprobs=None):
+    def __cinit__(self, seq_ids, list prompts, list outputs, s, list logprobs=None, int reuse=E3_REUSE_NONE):
         cdef Py_ssize_t n = len(prompts), i
         sids = _as_int32_array(seq_ids, "seq_ids")
         if sids.shape[0] != n or n == 0:
@@ -1405,6 +1441,7 @@ cdef class _Request:
         self.req.top_ids = self.top_ids
         self.req.top_logprobs = self.top_lps
         self.req.trace = s.trace
+        self.req.reuse = reuse
 
     def __dealloc__(self):
         free(self.prompts)
@@ -1437,6 +1474,8 @@ cdef class Pair:
     cdef readonly bint need_embd, need_embd_pre_norm
     cdef bint has_draft_logits         # draft() of one sequence left the draft's logits ...
     cdef uint64_t draft_logits_serial  # ... while the draft context had this serial
+    cdef uint64_t tgt_epoch, dft_epoch # the contexts' KV epochs when the engine last left them
+    cdef bint engine_known             # ... and the engine knows what they hold (prefix reuse)
     cdef object __weakref__
 
     def __cinit__(self, ContextHandle target, ContextHandle draft=None, str kind="", tuple config=(1, 0, 0, 0.0),
@@ -1472,7 +1511,9 @@ cdef class Pair:
         return 0
 
     cdef int _spec_done(self, int rc, const e3_error * err) except -1:
-        # every session call may decode on the draft context: its logits are gone
+        # every session call may decode on the draft context: its logits are gone, and the
+        # engine no longer knows what the draft side holds
+        self.engine_known = False
         if self.draft_ctx is not None:
             self.draft_ctx.outputs_lost(False)
         self.has_draft_logits = False
@@ -1621,6 +1662,21 @@ cdef class Pair:
             self.draft_ctx.outputs_lost(False)
         self.has_draft_logits = False
         self.engine_serial = self.processed_serial = self.target_ctx.serial
+        self._mark_known()
+
+    cdef void _mark_known(self):
+        # the contexts' epochs move on, so another pair's engine sees that they changed
+        self.target_ctx.kv_epoch += 1
+        self.tgt_epoch = self.target_ctx.kv_epoch
+        if self.draft_ctx is not None:
+            self.draft_ctx.kv_epoch += 1
+            self.dft_epoch = self.draft_ctx.kv_epoch
+        self.engine_known = True
+
+    cdef bint _still_known(self):
+        """Whether the contexts hold what the engine last left in them."""
+        return (self.engine_known and self.engine is not None and self.target_ctx.kv_epoch == self.tgt_epoch
+                and (self.draft_ctx is None or self.draft_ctx.kv_epoch == self.dft_epoch))
 
     cdef int _ready_for_engine(self) except -1:
         for ctx in (self.target_ctx, self.draft_ctx):
@@ -1641,7 +1697,8 @@ cdef class Pair:
         k = settings.logprobs
         logprobs = [(np.zeros(room, np.float32), np.full((room, k), -1, np.int32), np.full((room, k), -np.inf, np.float32))
                     for _ in prompts] if k else None
-        cdef _Request request = _Request(seq_ids, prompts, outputs, settings, logprobs)
+        reuse = E3_REUSE_NONE if not settings.reuse else E3_REUSE_ALL if self._still_known() else E3_REUSE_SHARED
+        cdef _Request request = _Request(seq_ids, prompts, outputs, settings, logprobs, reuse)
         cdef e3_error err
         cdef int rc
         _log_reset()
@@ -1725,6 +1782,77 @@ cdef class Pair:
         n = e3_engine_trace(self.engine.ptr, i, &rv[0], &dv[0, 0], &pv[0, 0], n)
         fields = {name: rounds[name][:n].copy() for name in rounds.dtype.names}
         return {**fields, "drafted": drafted[:n], "draft_p": draft_p[:n]}
+
+    # -- state ---------------------------------------------------------------
+
+    def _engine(self):
+        if self.engine is None:
+            self.engine = EngineHandle(self.target_ctx, self.session)
+        return self.engine
+
+    def seq_state(self, int32_t seq_id):
+        """``(target KV, draft KV or None, drafter state, held tokens or None, in_step)`` of a sequence."""
+        cdef e3_error err
+        cdef size_t n = 0
+        cdef int rc
+        tgt = self.target_ctx.state_get(seq_id)
+        dft = self.draft_ctx.state_get(seq_id) if self.draft_ctx is not None else None
+        _check(e3_spec_state_get(self.session.ptr, seq_id, NULL, 0, &n, &err), &err)
+        spec = bytearray(n)
+        cdef unsigned char * sp = spec
+        _check(e3_spec_state_get(self.session.ptr, seq_id, <uint8_t *> sp, n, &n, &err), &err)
+        held = None
+        cdef int32_t in_step = 0
+        cdef int32_t k
+        cdef int32_t[::1] hv
+        if self._still_known():
+            k = e3_engine_held(self.engine.ptr, seq_id, NULL, 0, &in_step)
+            if k >= 0:
+                held = np.zeros(k, np.int32)
+                hv = held
+                e3_engine_held(self.engine.ptr, seq_id, &hv[0] if k else NULL, k, &in_step)
+        return tgt, dft, bytes(spec), held, bool(in_step)
+
+    def set_seq_state(self, int32_t seq_id, tgt, dft, spec, held, bint in_step):
+        """Restore one sequence; the caller has checked every part."""
+        cdef e3_error err
+        cdef int rc
+        engine = self._engine()
+        self.target_ctx.state_set(tgt, seq_id)
+        if self.draft_ctx is not None:
+            self.draft_ctx.state_set(dft, seq_id)
+        cdef const unsigned char[::1] sv = spec
+        rc = e3_spec_state_set(self.session.ptr, seq_id, <const uint8_t *> &sv[0] if sv.shape[0] else NULL,
+                               sv.shape[0], &err)
+        self._spec_done(rc, &err)
+        cdef const int32_t[::1] hv
+        if held is None:
+            _check(e3_engine_set_held(self.engine.ptr, seq_id, NULL, -1, 0, &err), &err)
+        else:
+            hv = _as_int32_array(held, "held")
+            _check(e3_engine_set_held(self.engine.ptr, seq_id, &hv[0] if hv.shape[0] else NULL,
+                                      <int32_t> hv.shape[0], in_step, &err), &err)
+
+    def ready_for_restore(self):
+        self._ready_for_engine()
+
+    def forget_seq(self, int32_t seq_id):
+        """After a failed restore: the sequence is empty on both contexts, the drafter starts over."""
+        cdef e3_error err
+        llama_memory_seq_rm(llama_get_memory(self.target_ctx.ptr), seq_id, -1, -1)
+        if self.session is not None:
+            e3_spec_reset_seq(self.session.ptr, seq_id)
+        if self.engine is not None:
+            e3_engine_set_held(self.engine.ptr, seq_id, NULL, -1, 0, &err)
+
+    def restored(self):
+        """The contexts now hold what the engine was told."""
+        self.target_ctx.outputs_lost(True)
+        if self.draft_ctx is not None:
+            self.draft_ctx.outputs_lost(False)
+        self.has_draft_logits = False
+        self.processed_serial = self.target_ctx.serial  # (a stream in progress ends: engine_serial is stale)
+        self._mark_known()
 
     def finish_reason(self, int32_t i):
         return FINISH_REASONS.get(e3_engine_finish(self.engine.ptr, i))

@@ -1,7 +1,7 @@
 # Declarations from shim/eagle3_shim.h and shim/eagle3_engine.h: the C ABI
 # over common/speculative.h and the generation loop.
 from libc.stddef cimport size_t
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 from eagle3._llama cimport ggml_backend_dev_t, llama_batch_ext, llama_context, llama_model, llama_vocab
 
@@ -56,6 +56,7 @@ cdef extern from "eagle3_shim.h" nogil:
 
     ctypedef struct e3_counters:
         int64_t n_prompt
+        int64_t n_reused
         int64_t n_generated
         int64_t n_rounds
         int64_t n_seq_rounds
@@ -102,6 +103,10 @@ cdef extern from "eagle3_shim.h" nogil:
                          e3_error * err)
     void e3_spec_reset_counters(e3_spec * spec)
     void e3_spec_print_upstream_stats(const e3_spec * spec)
+    int e3_spec_reset_seq(e3_spec * spec, int32_t seq_id)
+    int e3_spec_state_get(const e3_spec * spec, int32_t seq_id, uint8_t * out, size_t cap, size_t * n_out,
+                          e3_error * err)
+    int e3_spec_state_set(e3_spec * spec, int32_t seq_id, const uint8_t * data, size_t n, e3_error * err)
 
     int e3_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len, int32_t * tokens,
                     int32_t n_tokens_max, int add_special, int parse_special, int32_t * n_out, e3_error * err)
@@ -163,6 +168,9 @@ cdef extern from "eagle3_engine.h" nogil:
         E3_FINISH_CONTEXT
         E3_FINISH_CANCELLED
         E3_DRAFT_AUTO
+        E3_REUSE_NONE
+        E3_REUSE_SHARED
+        E3_REUSE_ALL
 
     ctypedef struct e3_request:
         int32_t n_seq
@@ -182,6 +190,7 @@ cdef extern from "eagle3_engine.h" nogil:
         int32_t * const * top_ids
         float * const * top_logprobs
         int32_t trace
+        int32_t reuse
 
     ctypedef struct e3_trace_round:
         int32_t round
@@ -202,10 +211,15 @@ cdef extern from "eagle3_engine.h" nogil:
     void e3_engine_counters(const e3_engine * engine, int32_t i, e3_counters * out, const e3_histograms * hist)
     int32_t e3_engine_trace(const e3_engine * engine, int32_t i, e3_trace_round * rounds, int32_t * drafted,
                             float * draft_p, int32_t cap)
+    int32_t e3_engine_held(const e3_engine * engine, int32_t seq_id, int32_t * tokens, int32_t cap, int32_t * in_step)
+    int e3_engine_set_held(e3_engine * engine, int32_t seq_id, const int32_t * tokens, int32_t n, int32_t in_step,
+                           e3_error * err)
     int32_t e3_logits_argmax(const float * logits, int32_t n)
 
 
 cdef extern from "eagle3_shim.h" nogil:
+    int e3_state_get(llama_context * ctx, int32_t seq_id, uint8_t * out, size_t cap, size_t * n_out, e3_error * err)
+    int e3_state_set(llama_context * ctx, int32_t seq_id, const uint8_t * data, size_t n, e3_error * err)
     int e3_decode(llama_context * ctx, llama_batch_ext * batch, int32_t * rc, e3_error * err)
     int e3_rpc_available()
     int32_t e3_rpc_devices(const char * endpoint, ggml_backend_dev_t * out, int32_t cap, e3_error * err)

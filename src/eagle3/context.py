@@ -6,12 +6,13 @@ import os
 
 import numpy as np
 
-from eagle3 import _core, _logging, generation
+from eagle3 import _core, _logging, _state, generation
 from eagle3._core import Batch
 from eagle3._lifetime import Resource
 from eagle3.compat import check_pair
 from eagle3._validate import as_int
-from eagle3.errors import ArgumentTypeError, ContextError, InvalidArgumentError
+from eagle3.errors import (ArgumentTypeError, BadSeqIdError, ContextError, Eagle3Error, InvalidArgumentError,
+                           SessionStateError, StateError)
 from eagle3.model import Model
 
 _CTX_TYPES = ("default", "mtp")
@@ -245,6 +246,50 @@ class Context(Resource):
         """Empty the KV cache of every sequence."""
         with self._lock:
             self._live().clear()
+
+    def save_state(self, seq_id: int | None = None) -> bytes:
+        """The KV cache of sequence ``seq_id`` (``None``: llama.cpp's whole state of the
+        context, its last logits included) as bytes for :meth:`load_state`, with a header
+        that names the model and the context's sizes and a checksum. See docs/state.md."""
+        seq = None if seq_id is None else as_int(seq_id, "seq_id")
+        with self._lock:
+            h = self._live()
+            if seq is not None:
+                self._check_seq_id(seq)
+            kv = h.state_get(-1 if seq is None else seq)
+            return _state.pack({"kind": "context", "seq_id": seq, **_state.context_identity(self)}, [kv])
+
+    def load_state(self, data, seq_id: int | None = None) -> None:
+        """Restore what :meth:`save_state` returned, on a context over the same model with the
+        same sizes. A sequence's state loads into ``seq_id`` (``None``: the sequence it was
+        saved from), replacing what that sequence held; a whole-context state replaces
+        everything. Bytes that are empty, truncated, corrupted or of another model or
+        context raise :class:`StateError` and leave the context as it was."""
+        seq = None if seq_id is None else as_int(seq_id, "seq_id")
+        description, parts = _state.unpack(data, "Context")
+        _state.expect(description, "kind", "context", "context")
+        for key, value in _state.context_identity(self).items():
+            _state.expect(description, key, value, "context")
+        saved = description.get("seq_id")
+        if len(parts) != 1 or not len(parts[0]) or not (saved is None or isinstance(saved, int)):
+            raise StateError("the state's description does not fit a context's state")
+        if saved is None and seq is not None:
+            raise StateError("this is the state of a whole context: load it without seq_id")
+        target = -1 if saved is None else (saved if seq is None else seq)
+        with self._lock:
+            h = self._live()
+            if target >= 0:
+                self._check_seq_id(target)
+            try:
+                h.state_set(parts[0], target)
+            except (InvalidArgumentError, Eagle3Error) as e:
+                if isinstance(e, (StateError, SessionStateError)):
+                    raise
+                raise StateError(f"llama.cpp refused the state: {e}") from None
+
+    def _check_seq_id(self, seq_id: int) -> None:
+        if not 0 <= seq_id < self.n_seq_max:
+            raise BadSeqIdError(seq_id, self.n_seq_max)
 
     def generate(self, prompt, max_new_tokens: int = 128, **kwargs) -> generation.Generation:
         """Plain decoding (no speculation) with the sampler of ``Eagle3Session.generate``,

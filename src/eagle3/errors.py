@@ -24,6 +24,7 @@ __all__ = [
     "ArgumentTypeError",
     "InvalidIndexError",
     "SessionStateError",
+    "StateError",
     "ClosedError",
 ]
 
@@ -129,6 +130,12 @@ class BatchError(InvalidArgumentError):
 
 class SessionStateError(Eagle3Error):
     """A session call out of order, for example ``accept()`` without ``draft()``."""
+
+
+class StateError(Eagle3Error):
+    """A saved state that cannot be loaded here: empty, truncated, corrupted, of another
+    format version, or saved from other models, context sizes or another kind of session.
+    The object it was to load into is left as it was."""
 
 
 class ClosedError(Eagle3Error):

@@ -117,6 +117,7 @@ class Settings:
     verify: str = "rejection"
     logprobs: int = 0
     trace: bool = False
+    reuse: bool = True
 
 
 VERIFICATIONS = ("match", "rejection")
@@ -154,7 +155,7 @@ def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p:
              seed: Any = None, stop_tokens: Any = (), stop_strings: Any = (), n_draft_max: Any = None,
              typical_p: Any = 1.0, penalty_last_n: Any = 64, repeat_penalty: Any = 1.0, frequency_penalty: Any = 0.0,
              presence_penalty: Any = 0.0, logit_bias: Any = None, grammar: Any = None, json_schema: Any = None,
-             verify: Any = "rejection", logprobs: Any = 0, trace: Any = False) -> Settings:
+             verify: Any = "rejection", logprobs: Any = 0, trace: Any = False, reuse: Any = True) -> Settings:
     # types here; the ranges are the engine's (e3_engine_start)
     max_new = as_int(max_new_tokens, "max_new_tokens")
     floats = {name: _number(value, name) for name, value in (
@@ -166,11 +167,13 @@ def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p:
         raise InvalidArgumentError(f"verify must be one of {', '.join(map(repr, VERIFICATIONS))}, got {verify!r}")
     if not isinstance(trace, bool):
         raise ArgumentTypeError(f"trace must be a bool, got {type(trace).__name__}")
+    if not isinstance(reuse, bool):
+        raise ArgumentTypeError(f"reuse must be a bool, got {type(reuse).__name__}")
     extra = dict(typical_p=floats["typical_p"], penalty_last_n=as_int(penalty_last_n, "penalty_last_n"),
                  repeat_penalty=floats["repeat_penalty"], frequency_penalty=floats["frequency_penalty"],
                  presence_penalty=floats["presence_penalty"], logit_bias=_logit_bias(logit_bias),
                  grammar=_grammar(grammar, json_schema), verify=verify, logprobs=as_int(logprobs, "logprobs", 0),
-                 trace=trace)
+                 trace=trace, reuse=reuse)
     seed = int.from_bytes(os.urandom(8), "little") if seed is None else as_int(seed, "seed", 0, 2**64 - 1)
     if not isinstance(stop_strings, (list, tuple)):
         raise ArgumentTypeError(f"stop_strings must be a list of strings, got {type(stop_strings).__name__}")

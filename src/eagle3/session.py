@@ -41,14 +41,15 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from eagle3 import _core, _logging, generation, stats
+from eagle3 import _core, _logging, _state, generation, stats
 from eagle3._core import Batch
 from eagle3.compat import check_draft_model, check_pair
 from eagle3.generation import BatchGeneration, Generation, TokenStream
 from eagle3._lifetime import Resource
 from eagle3.context import Context
 from eagle3._validate import as_int
-from eagle3.errors import ArgumentTypeError, InvalidArgumentError, InvalidConfigError, SessionInitError
+from eagle3.errors import (ArgumentTypeError, Eagle3Error, InvalidArgumentError, InvalidConfigError, SessionInitError,
+                           StateError)
 from eagle3.stats import GenerationStats
 
 
@@ -271,7 +272,7 @@ class _SpeculativeSession(Resource):
                  logit_bias: dict[int, float] | None = None, grammar: str | None = None,
                  json_schema: dict | None = None, seed: int | None = None, stop_tokens=(), stop_strings=(),
                  n_draft_max: int | str | None = None, verify: str = "rejection", logprobs: int = 0,
-                 trace: bool = False) -> Generation:
+                 trace: bool = False, reuse: bool = True) -> Generation:
         """Generate up to ``max_new_tokens`` tokens after ``prompt`` (text or token ids) on sequence 0.
 
         The whole draft, verify, process, accept and trim loop runs inside the
@@ -309,21 +310,31 @@ class _SpeculativeSession(Resource):
         drafts) for the rest of the generation when no length pays
         (``stats.n_plain_rounds`` counts those rounds; the sequence's draft
         state is then reset). The session keeps what it measured for its next
-        generations. The sequence's previous KV cache is cleared first.
+        generations.
+
+        Prefix reuse: the longest prefix of ``prompt`` that the contexts already hold
+        (from this session's last generation on the sequence, or a loaded state) is kept
+        and only the rest is decoded, so ``generate(prompt + output, n)`` continues a
+        generation at the cost of its new tokens; ``stats.n_reused`` counts the kept
+        tokens. The output is the same as without reuse. ``reuse=False`` decodes the
+        whole prompt (the sequence's cache is cleared first). See docs/state.md.
         """
         kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                       repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                       presence_penalty=presence_penalty, penalty_last_n=penalty_last_n, logit_bias=logit_bias,
                       grammar=grammar, json_schema=json_schema, seed=seed, stop_tokens=stop_tokens,
                       stop_strings=stop_strings, n_draft_max=n_draft_max, verify=verify, logprobs=logprobs,
-                      trace=trace)
+                      trace=trace, reuse=reuse)
         return self._generate([prompt], max_new_tokens, kwargs)[0]
 
     def generate_batch(self, prompts, max_new_tokens: int = 128, **kwargs) -> BatchGeneration:
         """Generate for several prompts at once, one per sequence (at most ``n_seq``).
 
         Each round verifies every live sequence's drafts in one target batch;
-        sequences finish independently. Arguments as :meth:`generate`. Each
+        sequences finish independently. Arguments as :meth:`generate`. The prefix all
+        prompts share is decoded once, on one sequence, and copied to the others
+        (``llama_memory_seq_cp``); each sequence also keeps what its caches hold of its
+        own prompt (``stats.n_reused`` per sequence). Each
         :class:`Generation` holds its sequence's own counters; the result's
         ``stats`` those of the whole call.
         """
@@ -352,6 +363,68 @@ class _SpeculativeSession(Resource):
         if text:
             return TokenStream(generation.stream_text(model, tokens, rounds))
         return TokenStream(generation.one_by_one(rounds))
+
+    # -- state -------------------------------------------------------------
+
+    def _state_identity(self) -> dict[str, Any]:
+        return {"kind": "session", "session_kind": self._session_kind, "n_seq": self.n_seq,
+                "target": _state.context_identity(self.target),
+                "draft": _state.context_identity(self.draft_ctx) if self.draft_ctx is not None else None}
+
+    def save_state(self) -> bytes:
+        """Everything a later :meth:`generate` goes on from, as bytes for :meth:`load_state`:
+        for each sequence the target's and the draft context's KV caches, the drafter's own
+        state (EAGLE-3's pending boundary row, MTP's pending hidden row, the token history the
+        n-gram drafters search) and the tokens the caches hold (what prefix reuse compares a
+        new prompt with). A header names the models, the contexts' sizes and the session kind,
+        and a checksum covers it all. Counters are not part of it. See docs/state.md."""
+        with self._locked() as pair:
+            parts, seqs = [], []
+            for seq in range(self.n_seq):
+                tgt, dft, spec, held, in_step = pair.seq_state(seq)
+                parts += [tgt, dft or b"", spec, b"" if held is None else held.astype("<i4").tobytes()]
+                seqs.append({"held": -1 if held is None else len(held), "in_step": in_step})
+            return _state.pack({**self._state_identity(), "seqs": seqs}, parts)
+
+    def load_state(self, data) -> None:
+        """Restore what :meth:`save_state` returned, into this session or a fresh one over the
+        same models with contexts of the same sizes: the next :meth:`generate` of the saved
+        prompt and output goes on exactly as the saving session would have. Bytes that are
+        empty, truncated, corrupted or of another pair, context size or session kind raise
+        :class:`StateError` and change nothing; the session stays usable."""
+        description, parts = _state.unpack(data, type(self).__name__)
+        for key, value in self._state_identity().items():
+            _state.expect(description, key, value, "session")
+        seqs = description.get("seqs")
+        if not isinstance(seqs, list) or len(seqs) != self.n_seq or len(parts) != 4 * self.n_seq:
+            raise StateError("the state's description does not fit this session's sequences")
+        n_vocab = self.target.model.n_vocab
+        restore = []
+        for seq, info in enumerate(seqs):
+            tgt, dft, spec, held = parts[4 * seq:4 * seq + 4]
+            n_held = info.get("held") if isinstance(info, dict) else None
+            if not isinstance(n_held, int) or isinstance(n_held, bool) or n_held < -1 or \
+                    len(held) != 4 * max(n_held, 0) or not len(tgt) or \
+                    bool(len(dft)) != (self.draft_ctx is not None) or not _state.spec_state_ok(spec, n_vocab):
+                raise StateError(f"the state's part for sequence {seq} is malformed")
+            tokens = None if n_held < 0 else np.frombuffer(held, "<i4").astype(np.int32)
+            if tokens is not None and len(tokens) and (tokens.min() < 0 or tokens.max() >= n_vocab):
+                raise StateError(f"the state's tokens of sequence {seq} are outside this vocabulary")
+            restore.append((tgt, dft if self.draft_ctx is not None else None, spec, tokens,
+                            bool(info.get("in_step"))))
+        with self._locked() as pair:
+            pair.ready_for_restore()  # (logits views alive: refused before anything changes)
+            try:
+                for seq, (tgt, dft, spec, tokens, in_step) in enumerate(restore):
+                    pair.set_seq_state(seq, tgt, dft, spec, tokens, in_step)
+            except Eagle3Error as e:
+                # (checked bytes of the same models: llama.cpp should not refuse them)
+                for seq in range(self.n_seq):
+                    pair.forget_seq(seq)
+                raise StateError(f"llama.cpp refused the state ({e}); the session's sequences are now empty") \
+                    from None
+            finally:
+                pair.restored()
 
     # -- statistics --------------------------------------------------------
 

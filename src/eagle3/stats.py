@@ -54,6 +54,9 @@ class GenerationStats:
     """
 
     n_prompt: int = 0
+    """Prompt tokens, :attr:`n_reused` of them kept from what the contexts held."""
+    n_reused: int = 0
+    """Prompt tokens not decoded: the prefix the contexts already held (prefix reuse)."""
     n_generated: int = 0
     n_rounds: int = 0
     """Target passes over a verify batch."""

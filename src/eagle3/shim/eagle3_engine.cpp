@@ -43,6 +43,7 @@ struct sequence {
     int32_t n_past = 0;
     int32_t finish = E3_RUNNING;
     int32_t cap = 0;          // draft length cap of this sequence
+    int32_t n_keep = 0;       // prompt tokens its KV cache kept (prefix reuse)
     std::unique_ptr<e3::seq_sampler> smpl;
     std::vector<e3::distribution> q;  // rejection verification: the draft's distribution at each drafted position
     size_t n_q = 0;                   // (of this round)
@@ -97,6 +98,24 @@ struct e3_engine {
     int32_t best_cap = -1;   // adaptive: the tuner's draft length (-1: not decided yet)
     bool plain = false;      // adaptive chose plain decoding for the rest of this generation
     e3_cancel * cancel = nullptr;  // the target context's: set, it aborts the target's decodes
+
+    // per sequence id: the tokens its target KV cache holds after the last generation, when
+    // known, and whether the draft side followed all of them (prefix reuse)
+    std::vector<std::vector<int32_t>> held;
+    std::vector<char> known, in_step;
+
+    void forget(int32_t seq) {
+        held[seq].clear();
+        known[seq] = 0;
+        in_step[seq] = 0;
+    }
+
+    // after a failure or a cancel nothing is known of the generation's sequences
+    void forget_generation() {
+        for (const sequence & s : seqs) {
+            forget(s.seq_id);
+        }
+    }
 
     bool rejection = false;  // rejection verification (temperature > 0 and asked for)
     int32_t n_logprobs = 0;
@@ -340,6 +359,9 @@ extern "C" e3_engine * e3_engine_create(llama_context * ctx_tgt, e3_spec * spec,
             e->n_draft_spec = info.n_draft_max;
             e->n_min = std::max(info.n_min, 1);
         }
+        e->held.assign(e->n_seq_limit, {});
+        e->known.assign(e->n_seq_limit, 0);
+        e->in_step.assign(e->n_seq_limit, 0);
         e->batch = llama_batch_ext_init(ctx_tgt);
         if (!e->batch) {
             delete e;
@@ -541,30 +563,45 @@ static void setup(e3_engine * e, const e3_request & r, std::vector<std::unique_p
         s.cap = first_cap;
         s.tally = e3::tally(e->n_draft_spec);
         s.smpl = std::move(samplers[i]);
-        llama_memory_seq_rm(mem, s.seq_id, -1, -1);
-        if (e->spec) {
-            e3_spec_reset_seq(e->spec, s.seq_id);  // the draft side of a sequence starts over with it
+    }
+    if (r.reuse != E3_REUSE_ALL) {
+        for (int32_t seq = 0; seq < e->n_seq_limit; ++seq) {
+            e->forget(seq);
+        }
+    }
+    // the record holds only while the target holds that many tokens
+    for (int32_t i = 0; i < r.n_seq; ++i) {
+        const int32_t seq = r.seq_ids[i];
+        if (e->known[seq] && llama_memory_seq_pos_max(mem, seq) + 1 != (llama_pos) e->held[seq].size()) {
+            e->forget(seq);
         }
     }
 }
 
-// chunks of n_batch over all prompts; each first token is sampled from the
-// chunk that holds its prompt's last token
-static int prefill(e3_engine * e, const e3_request & r, e3_error * err) {
-    const auto t0 = clock_type::now();
-    double t_decode = 0.0, t_process = 0.0;
+// A run of prompt tokens to decode: request req's tokens [from, to) at their positions,
+// its first token sampled from the last one when sample is set.
+struct span {
+    int32_t req, from, to;
+    bool sample;
+};
+
+// chunks of n_batch over the spans, each chunk processed by the session; each first token is
+// sampled from the chunk that holds its prompt's last token
+static int decode_spans(e3_engine * e, const e3_request & r, const std::vector<span> & spans, double & t_decode,
+                        double & t_process, e3_error * err) {
     e->batch_clear();
     std::vector<std::pair<int32_t, int32_t>> ready;  // (request, row) to sample after this chunk
-    for (int32_t i = 0; i < r.n_seq; ++i) {
-        for (int32_t k = 0; k < r.n_prompt[i]; ++k) {
-            const bool last = k == r.n_prompt[i] - 1;
-            if (last) {
-                ready.emplace_back(i, (int32_t) e->b_tok.size());
+    for (size_t j = 0; j < spans.size(); ++j) {
+        const span & sp = spans[j];
+        for (int32_t k = sp.from; k < sp.to; ++k) {
+            const bool last = k == sp.to - 1;
+            if (last && sp.sample) {
+                ready.emplace_back(sp.req, (int32_t) e->b_tok.size());
             }
-            if (int rc = e->batch_add(r.seq_ids[i], r.prompts[i][k], k, last, err)) {
+            if (int rc = e->batch_add(r.seq_ids[sp.req], r.prompts[sp.req][k], k, last && sp.sample, err)) {
                 return rc;
             }
-            if ((int32_t) e->b_tok.size() < e->n_batch && !(last && i == r.n_seq - 1)) {
+            if ((int32_t) e->b_tok.size() < e->n_batch && !(last && j == spans.size() - 1)) {
                 continue;
             }
             if (int rc = e->batch_decode(t_decode, err)) {
@@ -587,8 +624,122 @@ static int prefill(e3_engine * e, const e3_request & r, e3_error * err) {
             e->batch_clear();
         }
     }
+    return E3_OK;
+}
+
+static int32_t common_prefix(const std::vector<int32_t> & a, const int32_t * b, int32_t n) {
+    int32_t k = 0;
+    const int32_t m = std::min<int32_t>((int32_t) a.size(), n);
+    while (k < m && a[k] == b[k]) {
+        ++k;
+    }
+    return k;
+}
+
+// What sequence seq of request i keeps of its KV cache (at most n_common tokens); the draft
+// side is trimmed to match, and the target to what is kept.
+static int32_t keep_prefix(e3_engine * e, int32_t seq, int32_t n_common) {
+    int32_t keep = 0;
+    if (e->known[seq] && n_common > 0) {
+        const int32_t n_held = (int32_t) e->held[seq].size();
+        keep = e->spec ? e3_spec_keep(e->spec, seq, n_held, n_common, e->in_step[seq]) : n_common;
+    } else if (e->spec) {
+        e3_spec_reset_seq(e->spec, seq);  // the draft side of a sequence starts over with it
+    }
+    llama_memory_seq_rm(llama_get_memory(e->ctx), seq, keep > 0 ? keep : -1, -1);
+    e->forget(seq);  // known again once the prompt is in
+    return keep;
+}
+
+// Each sequence keeps the longest prefix of its prompt that its caches hold (never the last
+// prompt token: its logits give the first token). Of several prompts, the prefix all share
+// is decoded once, on the sequence that holds the most of it, and copied to those that hold
+// less; then each prompt's rest is decoded.
+static int prefill(e3_engine * e, const e3_request & r, e3_error * err) {
+    const auto t0 = clock_type::now();
+    double t_decode = 0.0, t_process = 0.0;
+    llama_memory_t mem = llama_get_memory(e->ctx);
+
+    std::vector<int32_t> common(r.n_seq, 0);
+    int32_t shared = r.reuse == E3_REUSE_NONE ? 0 : r.n_prompt[0] - 1;  // the prefix every prompt shares
+    for (int32_t i = 0; i < r.n_seq; ++i) {
+        const int32_t seq = r.seq_ids[i];
+        common[i] = e->known[seq] ? common_prefix(e->held[seq], r.prompts[i], r.n_prompt[i] - 1) : 0;
+        if (i > 0 && shared > 0) {
+            shared = std::min(shared, common_prefix(std::vector<int32_t>(r.prompts[0], r.prompts[0] + shared),
+                                                    r.prompts[i], r.n_prompt[i] - 1));
+        }
+    }
+    // those that hold less than the shared prefix get it from a source: a sequence that holds
+    // exactly it (its draft side then ends there too), or else the one of them that holds the
+    // most, once it has decoded the rest of it
+    std::vector<char> copies(r.n_seq, 0);
+    int32_t source = -1;
+    for (int32_t i = 0; i < r.n_seq; ++i) {
+        copies[i] = r.n_seq > 1 && shared > 0 && common[i] < shared;
+        if (copies[i]) {
+            continue;
+        }
+        const int32_t seq = r.seq_ids[i];
+        const bool whole = e->known[seq] && (int32_t) e->held[seq].size() == shared;
+        e->seqs[i].n_keep = keep_prefix(e, seq, common[i]);
+        if (source < 0 && shared > 0 && whole && e->seqs[i].n_keep == shared) {
+            source = i;
+        }
+    }
+    int32_t leader = -1;
+    for (int32_t i = 0; source < 0 && i < r.n_seq; ++i) {
+        if (copies[i] && (leader < 0 || common[i] > common[leader])) {
+            leader = i;
+        }
+    }
+    if (leader >= 0) {
+        copies[leader] = 0;
+        sequence & s = e->seqs[leader];
+        s.n_keep = keep_prefix(e, s.seq_id, common[leader]);
+        s.tally.c.n_reused = s.n_keep;
+        if (int rc = decode_spans(e, r, {{leader, s.n_keep, shared, false}}, t_decode, t_process, err)) {
+            return rc;
+        }
+        s.n_keep = shared;
+        source = leader;
+    }
+    for (int32_t i = 0; i < r.n_seq; ++i) {
+        sequence & s = e->seqs[i];
+        if (!copies[i]) {
+            if (i != leader) {
+                s.tally.c.n_reused = s.n_keep;
+            }
+            continue;
+        }
+        const int32_t src = r.seq_ids[source];
+        // the whole source (it holds no more than the prefix; sequences may have streams of their own)
+        llama_memory_seq_rm(mem, s.seq_id, -1, -1);
+        llama_memory_seq_cp(mem, src, s.seq_id, -1, -1);
+        if (e->spec) {
+            if (int rc = e3_spec_copy_seq(e->spec, src, s.seq_id, err)) {
+                return rc;
+            }
+        }
+        e->forget(s.seq_id);
+        s.n_keep = shared;
+        s.tally.c.n_reused = shared;
+    }
+    std::vector<span> rest;
+    for (int32_t i = 0; i < r.n_seq; ++i) {
+        rest.push_back({i, e->seqs[i].n_keep, r.n_prompt[i], true});
+    }
+    if (int rc = decode_spans(e, r, rest, t_decode, t_process, err)) {
+        return rc;
+    }
     for (int32_t i = 0; e->drafting() && i < r.n_seq; ++i) {
         e3_spec_begin(e->spec, r.seq_ids[i], r.prompts[i], r.n_prompt[i], nullptr);
+    }
+    for (int32_t i = 0; i < r.n_seq; ++i) {
+        const int32_t seq = r.seq_ids[i];
+        e->held[seq].assign(r.prompts[i], r.prompts[i] + r.n_prompt[i]);
+        e->known[seq] = 1;
+        e->in_step[seq] = e->drafting();
     }
     const double dt = seconds_since(t0);  // the prompts' process is prefill time
     e->total.c.t_prefill_s = dt;
@@ -596,6 +747,7 @@ static int prefill(e3_engine * e, const e3_request & r, e3_error * err) {
         e->seqs[i].tally.c.n_prompt = r.n_prompt[i];
         e->seqs[i].tally.c.t_prefill_s = dt;
         e->total.c.n_prompt += r.n_prompt[i];
+        e->total.c.n_reused += e->seqs[i].tally.c.n_reused;
     }
     return E3_OK;
 }
@@ -617,6 +769,9 @@ extern "C" int e3_engine_start(e3_engine * e, const e3_request * r, e3_error * e
         }
         setup(e, *r, samplers);
         const int rc = prefill(e, *r, err);
+        if (rc != E3_OK) {
+            e->forget_generation();
+        }
         if (rc == E3_CANCELLED) {
             e->cancel_all();
             return E3_OK;
@@ -626,6 +781,7 @@ extern "C" int e3_engine_start(e3_engine * e, const e3_request * r, e3_error * e
         }
         return rc;
     } catch (const std::exception & ex) {
+        e->forget_generation();
         e->seqs.clear();
         return fail(err, E3_ERR_EXCEPTION, "%s", ex.what());
     }
@@ -825,19 +981,32 @@ static int commit(e3_engine * e, int32_t & n_left, e3_error * err) {
                 s.cap = n_acc == s.draft_len ? std::min(s.cap + 1, e->n_draft) : base;
             }
         }
-        s.n_past += n_acc + 1;
-        if (n_acc < s.draft_len) {
-            llama_memory_seq_rm(mem, s.seq_id, s.n_past, -1);  // the rejected drafts
-        }
         if (e->tracing) {
             e->record_round(s, n_acc);
         }
+        int32_t n_emitted = 0;
         for (size_t j = 0; j < s.accepted.size(); ++j) {
+            n_emitted++;
             if (!e->emit(s, s.accepted[j], j)) {
                 break;
             }
         }
-        s.id_last = s.accepted.back();
+        // a sequence that stops among the accepted tokens keeps in its caches only what it
+        // emitted (less its last token): a continuation then finds all of it there
+        const int32_t n_keep = std::min(n_acc, n_emitted - 1);
+        if (n_keep < n_acc && s.drafted) {
+            if (int rc = e3_spec_rewind(e->spec, s.seq_id, n_keep, err)) {
+                return rc;
+            }
+        }
+        std::vector<int32_t> & held = e->held[s.seq_id];
+        held.push_back(s.id_last);
+        held.insert(held.end(), s.draft, s.draft + n_keep);
+        s.n_past += n_keep + 1;
+        if (n_keep < s.draft_len) {
+            llama_memory_seq_rm(mem, s.seq_id, s.n_past, -1);  // the rejected drafts
+        }
+        s.id_last = s.accepted[n_keep];
         n_left += s.finish == E3_RUNNING;
     }
     return E3_OK;
@@ -860,6 +1029,7 @@ static void tune(e3_engine * e, bool probe, double t_round, double t_process, in
     for (sequence & s : e->seqs) {
         if (best == 0 && s.finish == E3_RUNNING) {
             e3_spec_reset_seq(e->spec, s.seq_id);  // its draft state stops following it
+            e->in_step[s.seq_id] = 0;
         }
         if (best == 0 || changed) {
             s.cap = best;
@@ -900,10 +1070,12 @@ static int engine_step(e3_engine * e, e3_error * err) {
         rc = commit(e, n_left, err);
     }
     if (rc == E3_CANCELLED) {
+        e->forget_generation();  // the caches may hold part of the round
         e->cancel_all();  // the verify pass stopped: the round is dropped
         return 0;
     }
     if (rc != E3_OK) {
+        e->forget_generation();
         return rc;
     }
     if (tuning) {
@@ -927,8 +1099,52 @@ extern "C" int e3_engine_step(e3_engine * e, e3_error * err) {
         }
         return rc;
     } catch (const std::exception & ex) {
+        e->forget_generation();
         return fail(err, E3_ERR_EXCEPTION, "%s", ex.what());
     }
+}
+
+extern "C" int32_t e3_engine_held(const e3_engine * e, int32_t seq, int32_t * tokens, int32_t cap, int32_t * in_step) {
+    if (!e || seq < 0 || seq >= e->n_seq_limit || !e->known[seq]) {
+        return -1;
+    }
+    const auto & held = e->held[seq];
+    if (tokens) {
+        std::copy_n(held.begin(), std::min<size_t>(held.size(), (size_t) std::max(cap, 0)), tokens);
+    }
+    if (in_step) {
+        *in_step = e->in_step[seq];
+    }
+    return (int32_t) held.size();
+}
+
+extern "C" int e3_engine_set_held(e3_engine * e, int32_t seq, const int32_t * tokens, int32_t n, int32_t in_step,
+                                  e3_error * err) {
+    if (!e) {
+        return fail(err, E3_ERR_STATE, "the engine is closed");
+    }
+    if (seq < 0 || seq >= e->n_seq_limit) {
+        return e3::fail_seq(err, seq, e->n_seq_limit);
+    }
+    if (n > 0 && !tokens) {
+        return fail(err, E3_ERR_ARG, "no tokens");
+    }
+    for (int32_t k = 0; k < n; ++k) {
+        if (tokens[k] < 0 || tokens[k] >= e->n_vocab) {
+            return fail(err, E3_ERR_ARG, "token %d of sequence %d is outside the vocabulary", (int) tokens[k], (int) seq);
+        }
+    }
+    try {
+        e->forget(seq);
+        if (n >= 0) {
+            e->held[seq].assign(tokens, tokens + n);
+            e->known[seq] = 1;
+            e->in_step[seq] = e->spec && in_step;
+        }
+    } catch (const std::exception & ex) {
+        return fail(err, E3_ERR_EXCEPTION, "%s", ex.what());
+    }
+    return E3_OK;
 }
 
 extern "C" int32_t e3_engine_trace(const e3_engine * e, int32_t i, e3_trace_round * rounds, int32_t * drafted,

@@ -64,6 +64,12 @@ enum e3_finish {
 
 #define E3_DRAFT_AUTO (-1)
 
+enum e3_reuse {
+    E3_REUSE_NONE   = 0,
+    E3_REUSE_SHARED = 1,
+    E3_REUSE_ALL    = 2,
+};
+
 /* One generation: n_seq prompts, each on its own sequence, sampled alike. */
 typedef struct e3_request {
     int32_t                 n_seq;
@@ -90,6 +96,12 @@ typedef struct e3_request {
     int32_t * const *       top_ids;
     float * const *         top_logprobs;
     int32_t                 trace;       /* nonzero: record every round (e3_engine_trace) */
+    /* E3_REUSE_ALL: each sequence keeps the longest prefix of its prompt that its KV cache
+     * (and the draft side) holds from this engine's last generation, and the prefix the
+     * prompts share is decoded once (on one sequence, then copied to the others);
+     * E3_REUSE_SHARED: only the latter (something else changed the contexts: the engine
+     * forgets what they held); E3_REUSE_NONE: every prompt is decoded whole */
+    int32_t                 reuse;
 } e3_request;
 
 /* One round of one request, as recorded with e3_request.trace. */
@@ -140,6 +152,15 @@ void e3_engine_counters(const e3_engine * engine, int32_t i, e3_counters * out, 
  * into drafted / draft_p (rows of the session's n_draft_max, padded with -1 / NaN). */
 int32_t e3_engine_trace(const e3_engine * engine, int32_t i, e3_trace_round * rounds, int32_t * drafted,
                         float * draft_p, int32_t cap);
+
+/* What the engine knows sequence seq_id's target KV cache holds: its tokens (up to cap into
+ * tokens, which may be NULL) and whether the draft side is in step with them. Returns how
+ * many it holds, or -1 when the engine does not know. */
+int32_t e3_engine_held(const e3_engine * engine, int32_t seq_id, int32_t * tokens, int32_t cap, int32_t * in_step);
+
+/* Tells the engine what seq_id's contexts hold (a restored state): n tokens (-1: unknown). */
+int e3_engine_set_held(e3_engine * engine, int32_t seq_id, const int32_t * tokens, int32_t n, int32_t in_step,
+                       e3_error * err);
 
 /* The first largest of a row of n logits, or -1 when the row has no token to pick:
  * a NaN, a +inf, or nothing but -inf (what NaN or infinite weights give). One pass. */

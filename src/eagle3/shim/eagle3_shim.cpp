@@ -192,9 +192,22 @@ struct e3_spec {
     std::vector<draft_sampler> samplers;  // per seq: the engine's, or none (the drafter's greedy choice)
     std::vector<int32_t> pending;        // per seq: length of the draft awaiting accept(), -1 none
     std::vector<int32_t> pending_pos0;   // per seq: n_past of that draft
+    std::vector<int32_t> accepted_pos0;  // per seq: n_past of the draft the last accept() took, -1 none
+    std::vector<int32_t> accepted_n;     // ... and how many of its tokens it took
     std::vector<e3::tally> tallies;      // per seq
 
     bool seq_ok(int32_t seq_id) const { return seq_id >= 0 && seq_id < (int32_t) cfg.n_seq; }
+
+    // seq_id's draft side starts over: no draft pending, no history, no carry-over, no draft KV
+    void forget(int32_t seq_id) {
+        pending[seq_id] = -1;
+        accepted_pos0[seq_id] = -1;
+        history[seq_id].clear();
+        common_speculative_set_carry(spec, seq_id, {});
+        if (ctx_dft) {
+            llama_memory_seq_rm(llama_get_memory(ctx_dft), seq_id, -1, -1);
+        }
+    }
 
     // A new history for the drafter of seq_id. The n-gram drafters keep indexes into the
     // history and assume it only grows from what their begin() saw (map-k aborts when it
@@ -580,6 +593,8 @@ e3_spec * make_spec(llama_context * ctx_tgt, llama_context * ctx_dft, const e3_s
     s->samplers.assign(cfg.n_seq, {});
     s->pending.assign(cfg.n_seq, -1);
     s->pending_pos0.assign(cfg.n_seq, 0);
+    s->accepted_pos0.assign(cfg.n_seq, -1);
+    s->accepted_n.assign(cfg.n_seq, 0);
     s->tallies.assign(cfg.n_seq, e3::tally(s->n_draft_max));
     for (auto & r : s->results) {
         r.reserve(cfg.n_draft_max);
@@ -643,6 +658,54 @@ extern "C" int e3_decode(llama_context * ctx, llama_batch_ext * batch, int32_t *
         return E3_OK;
     }
     E3_GUARD("llama_decode")
+}
+
+extern "C" int e3_state_get(llama_context * ctx, int32_t seq_id, uint8_t * out, size_t cap, size_t * n_out,
+                            e3_error * err) {
+    if (!ctx || !n_out) {
+        return fail(err, E3_ERR_ARG, "no context");
+    }
+    if (seq_id >= (int32_t) llama_n_seq_max(ctx)) {
+        return fail_seq(err, seq_id, (int32_t) llama_n_seq_max(ctx));
+    }
+    try {
+        const size_t need = seq_id < 0 ? llama_state_get_size(ctx) : llama_state_seq_get_size(ctx, seq_id);
+        *n_out = need;
+        if (!out) {
+            return E3_OK;
+        }
+        if (cap < need) {
+            return fail(err, E3_ERR_ARG, "%zu bytes cannot hold the state's %zu", cap, need);
+        }
+        const size_t got = seq_id < 0 ? llama_state_get_data(ctx, out, cap) : llama_state_seq_get_data(ctx, out, cap, seq_id);
+        if (got == 0 || got > cap) {
+            return fail(err, E3_ERR_EXCEPTION, "llama.cpp could not write the context's state");
+        }
+        *n_out = got;
+    }
+    E3_GUARD("state_get")
+    return E3_OK;
+}
+
+extern "C" int e3_state_set(llama_context * ctx, int32_t seq_id, const uint8_t * data, size_t n, e3_error * err) {
+    if (!ctx || (n > 0 && !data)) {
+        return fail(err, E3_ERR_ARG, "no context or no data");
+    }
+    if (seq_id >= (int32_t) llama_n_seq_max(ctx)) {
+        return fail_seq(err, seq_id, (int32_t) llama_n_seq_max(ctx));
+    }
+    try {
+        llama_memory_t mem = llama_get_memory(ctx);
+        llama_memory_seq_rm(mem, seq_id < 0 ? -1 : seq_id, -1, -1);  // (an empty saved sequence clears nothing)
+        const size_t used = seq_id < 0 ? llama_state_set_data(ctx, data, n) : llama_state_seq_set_data(ctx, data, n, seq_id);
+        if (used != n) {
+            llama_memory_seq_rm(mem, seq_id < 0 ? -1 : seq_id, -1, -1);
+            return fail(err, E3_ERR_ARG, "llama.cpp refused the state (read %zu of %zu bytes); the %s is now empty",
+                        used, n, seq_id < 0 ? "context" : "sequence");
+        }
+    }
+    E3_GUARD("state_set")
+    return E3_OK;
 }
 
 extern "C" int e3_spec_begin(e3_spec * s, int32_t seq_id, const int32_t * prompt, int32_t n_prompt, e3_error * err) {
@@ -889,6 +952,8 @@ extern "C" int e3_spec_accept(e3_spec * s, int32_t seq_id, int32_t n_accepted, e
         t.c.t_accept_s += seconds_since(t0);
         t.add_round(pending, n_accepted);
         s->pending[seq_id] = -1;
+        s->accepted_pos0[seq_id] = s->pending_pos0[seq_id];
+        s->accepted_n[seq_id] = n_accepted;
     }
     E3_GUARD("accept")
     return E3_OK;
@@ -898,11 +963,202 @@ extern "C" int e3_spec_reset_seq(e3_spec * s, int32_t seq_id) {
     if (!s || !s->seq_ok(seq_id)) {
         return E3_ERR_SEQ;
     }
-    s->pending[seq_id] = -1;
-    s->history[seq_id].clear();
-    if (s->ctx_dft) {
-        llama_memory_seq_rm(llama_get_memory(s->ctx_dft), seq_id, -1, -1);
+    s->forget(seq_id);
+    return E3_OK;
+}
+
+extern "C" int32_t e3_spec_keep(e3_spec * s, int32_t seq_id, int32_t n_held, int32_t n_common, int in_step) {
+    if (!s || !s->seq_ok(seq_id)) {
+        return 0;
     }
+    try {
+        int32_t keep = std::max(0, std::min(n_common, n_held));
+        if (s->row->draft_ctx && !in_step) {
+            keep = 0;  // the draft side did not follow the target: it starts over with it
+        } else if (s->row->kind == E3_SPEC_EAGLE3 && keep < n_held) {
+            // the draft KV's pair at P is (t_{P+1}, g_P): the pair at keep - 1 holds the token
+            // after the common prefix, and g there is gone. Re-decoding the last common token
+            // rebuilds it; the pair before it holds only common tokens
+            keep = std::max(0, keep - 1);
+        } else if (s->row->kind == E3_SPEC_MTP && keep < n_held) {
+            keep = 0;  // its next process() pairs the first token with the hidden row of the one
+                       // before, which only the carry-over at n_held holds
+        }
+        s->pending[seq_id] = -1;
+        s->accepted_pos0[seq_id] = -1;
+        if (keep == 0) {
+            s->forget(seq_id);
+            return 0;
+        }
+        if (s->ctx_dft && keep < n_held) {
+            // (EAGLE-3's pairs before keep hold common tokens only; its stale carry-over sits
+            // past them, where process() builds no bridge from it)
+            llama_memory_seq_rm(llama_get_memory(s->ctx_dft), seq_id, keep, -1);
+        }
+        if ((int32_t) s->history[seq_id].size() > keep) {
+            s->history[seq_id].resize(keep);
+        }
+        return keep;
+    } catch (...) {
+        s->forget(seq_id);
+        return 0;
+    }
+}
+
+extern "C" int e3_spec_rewind(e3_spec * s, int32_t seq_id, int32_t n_accepted, e3_error * err) {
+    if (!s) {
+        return fail(err, E3_ERR_STATE, "the session is closed");
+    }
+    if (!s->seq_ok(seq_id)) {
+        return s->bad_seq(seq_id, err);
+    }
+    const int32_t pos0 = s->accepted_pos0[seq_id];
+    if (pos0 < 0 || s->pending[seq_id] >= 0 || n_accepted < 0 || n_accepted > s->accepted_n[seq_id]) {
+        return fail(err, E3_ERR_STATE, "rewind of sequence %d to %d tokens without an accept() of at least as many",
+                    (int) seq_id, (int) n_accepted);
+    }
+    try {
+        if (s->row->hidden_states) {
+            // accept() again: the drafter takes its carry-over from the same verify snapshot
+            common_speculative_accept(s->spec, seq_id, (uint16_t) n_accepted);
+        }
+        if (s->ctx_dft) {
+            const int32_t keep = pos0 + n_accepted + s->row->keep_extra;
+            llama_memory_seq_rm(llama_get_memory(s->ctx_dft), seq_id, keep, -1);
+        }
+        auto & history = s->history[seq_id];
+        if (history.size() > (size_t) pos0 + n_accepted + 1) {
+            history.resize((size_t) pos0 + n_accepted + 1);
+        }
+        s->accepted_n[seq_id] = n_accepted;
+    }
+    E3_GUARD("rewind")
+    return E3_OK;
+}
+
+extern "C" int e3_spec_copy_seq(e3_spec * s, int32_t src, int32_t dst, e3_error * err) {
+    if (!s) {
+        return fail(err, E3_ERR_STATE, "the session is closed");
+    }
+    if (!s->seq_ok(src)) {
+        return s->bad_seq(src, err);
+    }
+    if (!s->seq_ok(dst)) {
+        return s->bad_seq(dst, err);
+    }
+    if (src == dst) {
+        return E3_OK;
+    }
+    try {
+        std::vector<uint8_t> carry;
+        common_speculative_get_carry(s->spec, src, carry);
+        if (!common_speculative_set_carry(s->spec, dst, carry)) {
+            return fail(err, E3_ERR_STATE, "the drafter refused the carry-over of sequence %d", (int) src);
+        }
+        if (s->ctx_dft) {
+            llama_memory_t mem = llama_get_memory(s->ctx_dft);
+            llama_memory_seq_rm(mem, dst, -1, -1);
+            llama_memory_seq_cp(mem, src, dst, -1, -1);  // whole: sequences may live in streams of their own
+        }
+        s->history[dst] = s->history[src];
+        s->pending[dst] = -1;
+        s->accepted_pos0[dst] = -1;
+        if (!s->ctx_dft) {
+            s->restart(dst);
+        }
+    }
+    E3_GUARD("copy_seq")
+    return E3_OK;
+}
+
+// The drafter's state of one sequence: a magic, the history's length and tokens, the
+// carry-over's length and bytes. The draft KV travels beside it (llama_state_seq_*).
+static constexpr uint32_t spec_state_magic = 0x45335331;  // "E3S1"
+
+extern "C" int e3_spec_state_get(const e3_spec * s, int32_t seq_id, uint8_t * out, size_t cap, size_t * n_out,
+                                 e3_error * err) {
+    if (!s) {
+        return fail(err, E3_ERR_STATE, "the session is closed");
+    }
+    if (!s->seq_ok(seq_id)) {
+        return s->bad_seq(seq_id, err);
+    }
+    try {
+        std::vector<uint8_t> carry;
+        common_speculative_get_carry(s->spec, seq_id, carry);
+        const auto & history = s->history[seq_id];
+        const uint32_t n_hist = (uint32_t) history.size();
+        const uint32_t n_carry = (uint32_t) carry.size();
+        const size_t need = 3 * sizeof(uint32_t) + history.size() * sizeof(int32_t) + carry.size();
+        *n_out = need;
+        if (!out) {
+            return E3_OK;
+        }
+        if (cap < need) {
+            return fail(err, E3_ERR_ARG, "%zu bytes cannot hold the drafter's state of %zu", cap, need);
+        }
+        uint8_t * p = out;
+        auto put = [&](const void * data, size_t n) {
+            if (n) {
+                std::memcpy(p, data, n);
+            }
+            p += n;
+        };
+        put(&spec_state_magic, sizeof(uint32_t));
+        put(&n_hist, sizeof(uint32_t));
+        put(history.data(), history.size() * sizeof(int32_t));
+        put(&n_carry, sizeof(uint32_t));
+        put(carry.data(), carry.size());
+    }
+    E3_GUARD("state_get")
+    return E3_OK;
+}
+
+extern "C" int e3_spec_state_set(e3_spec * s, int32_t seq_id, const uint8_t * data, size_t n, e3_error * err) {
+    if (!s) {
+        return fail(err, E3_ERR_STATE, "the session is closed");
+    }
+    if (!s->seq_ok(seq_id)) {
+        return s->bad_seq(seq_id, err);
+    }
+    // every field is checked before anything changes
+    const uint8_t * p = data;
+    const uint8_t * end = data ? data + n : data;
+    auto take = [&](void * dst, size_t k) {
+        if (!p || (size_t) (end - p) < k) {
+            return false;
+        }
+        if (k) {
+            std::memcpy(dst, p, k);
+        }
+        p += k;
+        return true;
+    };
+    uint32_t magic = 0, n_hist = 0, n_carry = 0;
+    if (!take(&magic, sizeof(magic)) || magic != spec_state_magic || !take(&n_hist, sizeof(n_hist)) ||
+        (size_t) (end - p) / sizeof(int32_t) < n_hist) {
+        return fail(err, E3_ERR_ARG, "the drafter's state of sequence %d is malformed", (int) seq_id);
+    }
+    llama_tokens history(n_hist);
+    take(history.data(), (size_t) n_hist * sizeof(int32_t));
+    if (!take(&n_carry, sizeof(n_carry)) || (size_t) (end - p) != n_carry) {
+        return fail(err, E3_ERR_ARG, "the drafter's state of sequence %d is malformed", (int) seq_id);
+    }
+    if (int rc = s->check_tokens(history.data(), (int32_t) std::min<uint32_t>(n_hist, INT32_MAX), "history", err)) {
+        return rc;
+    }
+    try {
+        const std::vector<uint8_t> carry(p, p + n_carry);
+        if (!common_speculative_set_carry(s->spec, seq_id, carry)) {
+            return fail(err, E3_ERR_ARG, "the drafter's carry-over of sequence %d does not fit this drafter "
+                        "(%u bytes)", (int) seq_id, (unsigned) n_carry);
+        }
+        s->history[seq_id] = std::move(history);
+        s->pending[seq_id] = -1;
+        s->accepted_pos0[seq_id] = -1;
+        s->restart(seq_id);
+    }
+    E3_GUARD("state_set")
     return E3_OK;
 }
 

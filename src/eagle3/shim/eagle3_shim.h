@@ -107,7 +107,8 @@ int e3_spec_check_config(const e3_spec_config * cfg, e3_error * err);
  * request and one for the whole call. Derived figures (acceptance, tau) are
  * defined once, in eagle3.stats. */
 typedef struct e3_counters {
-    int64_t n_prompt;        /* prompt tokens decoded */
+    int64_t n_prompt;        /* prompt tokens (n_reused of them kept in the KV cache, the rest decoded) */
+    int64_t n_reused;        /* prompt tokens a generation kept from what the contexts held (not decoded) */
     int64_t n_generated;     /* tokens generated */
     int64_t n_rounds;        /* target verify passes */
     int64_t n_seq_rounds;    /* sequences verified, summed over the passes (a session: accept() calls) */
@@ -200,6 +201,29 @@ int e3_spec_accept(e3_spec * spec, int32_t seq_id, int32_t n_accepted, e3_error 
  * generation on that sequence. */
 int e3_spec_reset_seq(e3_spec * spec, int32_t seq_id);
 
+/* Prefix reuse. seq_id's target holds n_held tokens, of which a new prompt shares the
+ * first n_common; in_step: the draft side followed all n_held. Returns how many target
+ * positions to keep (<= n_common; 0: none), having trimmed the draft side to match: an
+ * EAGLE-3 drafter re-decodes the last common token when the prompt leaves the held tokens
+ * early, an MTP drafter goes on only from all n_held, and a drafter not in step from none. */
+int32_t e3_spec_keep(e3_spec * spec, int32_t seq_id, int32_t n_held, int32_t n_common, int in_step);
+
+/* After e3_spec_accept(seq_id, n): the round keeps only n_accepted <= n drafted tokens
+ * (the generation stopped among them); the draft side goes back to match. The session's
+ * counters keep what accept() counted. */
+int e3_spec_rewind(e3_spec * spec, int32_t seq_id, int32_t n_accepted, e3_error * err);
+
+/* dst's draft side becomes a copy of src's (the draft KV, the drafter's carry-over, the
+ * history): a prompt prefix decoded once for several sequences. */
+int e3_spec_copy_seq(e3_spec * spec, int32_t src, int32_t dst, e3_error * err);
+
+/* The drafter's own state of seq_id (its history and carry-over; the draft KV is the draft
+ * context's): e3_spec_state_get writes *n_out bytes (with out NULL, only says how many);
+ * e3_spec_state_set checks all of it before it changes anything (E3_ERR_ARG). */
+int e3_spec_state_get(const e3_spec * spec, int32_t seq_id, uint8_t * out, size_t cap, size_t * n_out,
+                      e3_error * err);
+int e3_spec_state_set(e3_spec * spec, int32_t seq_id, const uint8_t * data, size_t n, e3_error * err);
+
 /* Counters of seq_id, or summed over all sequences when seq_id < 0; hist may be NULL. */
 int e3_spec_counters(const e3_spec * spec, int32_t seq_id, e3_counters * out, const e3_histograms * hist,
                      e3_error * err);
@@ -274,6 +298,15 @@ void e3_log_set_common_verbosity(int verbosity);
  * code in *rc, or E3_ERR_EXCEPTION with the message. */
 struct llama_batch_ext;
 int e3_decode(struct llama_context * ctx, struct llama_batch_ext * batch, int32_t * rc, e3_error * err);
+
+/* llama_state_seq_get_size/_get_data/_set_data of seq_id (seq_id < 0: llama_state_* of the
+ * whole context) with their C++ exceptions caught. e3_state_get with out NULL only says how
+ * many bytes there are. e3_state_set clears the sequence (or the context) first; a state
+ * llama.cpp refuses leaves it cleared (E3_ERR_ARG). llama.cpp asserts on some malformed
+ * states: give it only bytes it wrote for a context like this one. */
+int e3_state_get(struct llama_context * ctx, int32_t seq_id, uint8_t * out, size_t cap, size_t * n_out,
+                 e3_error * err);
+int e3_state_set(struct llama_context * ctx, int32_t seq_id, const uint8_t * data, size_t n, e3_error * err);
 
 /* --- Remote devices: llama.cpp's RPC backend (eagle3_remote.cpp) ---------
  * A connection that fails never aborts: its first error is kept, it fails every

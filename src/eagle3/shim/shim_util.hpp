@@ -72,6 +72,7 @@ struct tally {
     void add(const tally & o) {
         const e3_counters & b = o.c;
         c.n_prompt += b.n_prompt;
+        c.n_reused += b.n_reused;
         c.n_generated += b.n_generated;
         c.n_rounds += b.n_rounds;
         c.n_seq_rounds += b.n_seq_rounds;
