@@ -93,7 +93,7 @@ def test_the_gguf_head_computes_what_torch_trained(trained):
             steps = len(drafted)
             tokens = np.zeros((steps, n), np.int64)
             for j in range(steps):
-                tokens[j, :] = np.resize(chain[1 + j:1 + j + n], n)
+                tokens[j] = chain[1 + j:1 + j + n]
             with torch.no_grad():
                 logits = head.forward_ttt(emb[torch.from_numpy(tokens)][None], features, steps)
             for j in range(steps):
@@ -165,7 +165,15 @@ def test_other_target_shapes_and_architectures(tmp_path, shape):
                                **{**QUICK, "tokens": 300, "epochs": 2, "draft_vocab_size": 64})
     assert eagle3.check_pair(target, report.head).ok
     assert report.draft_vocab_size == 64 and 0 <= max(report.target_layers) < spec.n_layer
-    assert report.held_out_tau >= 1.0
+    assert np.isfinite(report.held_out_loss).all()
+    # the head drafts on this architecture, and greedy speculation stays the target's own output
+    prompt = _prompts(1, spec.n_vocab, seed=11)[0]
+    with eagle3.Model(target) as tm, eagle3.Model(report.head) as dm, eagle3.Context(tm, n_ctx=128) as tctx, \
+            eagle3.Context(dm, other=tctx) as dctx, eagle3.Eagle3Session(tctx, dctx, n_draft_max=3) as s:
+        spec_out = s.generate(prompt, 24)
+        plain = tctx.generate(prompt, 24)
+    np.testing.assert_array_equal(spec_out.tokens, plain.tokens)
+    assert spec_out.stats.n_drafted > 0
 
 
 def test_bad_requests_are_refused_before_any_work(tmp_path):

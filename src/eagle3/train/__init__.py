@@ -183,16 +183,18 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         t2 = time.monotonic()
         eog = [t for t in range(model.n_vocab) if model.is_eog(t)][:16]
         d2t = fit.draft_vocabulary(train_set, model.n_vocab, draft_vocab_size, eog)
+        context_length = int(model.metadata.get(f"{model.architecture}.context_length", 4096))
         cfg = DraftConfig(**shape, draft_vocab_size=len(d2t), aux_layers=tuple(layers),
-                          max_position_embeddings=int(model.metadata.get(f"{model.architecture}.context_length", 2048)))
+                          max_position_embeddings=context_length)
         head = Eagle3Draft(cfg, torch.from_numpy(d2t))
-        embeddings = torch.from_numpy(export.target_matrix(model.path, ("token_embd.weight",))).to(dev)
+        emb = export.target_matrix(model.path, ("token_embd.weight",))
+        embeddings = torch.from_numpy(emb).to(dev)
         with torch.no_grad():
             for p in head.parameters():
                 if p.dim() == 2:
                     torch.nn.init.normal_(p, std=0.02)
-            # start from the target's own output head and final norm
-            lm = export.target_matrix(model.path, ("output.weight", "token_embd.weight"))
+            # start from the target's own output head (its embeddings when tied) and final norm
+            lm = export.target_matrix(model.path, ("output.weight",)) if "output.weight" in model.tensors else emb
             head.lm_head.weight.copy_(torch.from_numpy(lm[d2t]))
             norm = export.target_vector(model.path, "output_norm.weight")
             if norm is not None and norm.shape == (cfg.hidden_size,):
@@ -244,7 +246,6 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         seconds["training"] = time.monotonic() - t2
 
         head.cpu()
-        context_length = int(model.metadata.get(f"{model.architecture}.context_length", 4096))
         path = export.write_head(out, model.path, head, context_length, outtype)
         t3 = time.monotonic()
         tau = measure_tau(model, path, held_ids, max_new_tokens=min(128, max_new_tokens), threads=threads)
@@ -264,16 +265,14 @@ def measure_tau(target: Model, head: str | os.PathLike, prompts: list[np.ndarray
     from eagle3.context import Context
     from eagle3.session import Eagle3Session
 
-    draft = Model(head)
-    check_pair(target, draft).raise_if_incompatible()
     n_ctx = max(len(p) for p in prompts) + max_new_tokens + n_draft_max + 8
     accepted = rounds = 0
-    with Context(target, n_ctx=n_ctx, n_threads=threads) as tctx, \
-            Context(draft, other=tctx) as dctx, \
-            Eagle3Session(tctx, dctx, n_draft_max=n_draft_max) as session:
-        for p in prompts:
-            g = session.generate(p, max_new_tokens)
-            accepted += g.stats.n_accepted
-            rounds += g.stats.n_seq_rounds
-    draft.close()
+    with Model(head) as draft:
+        check_pair(target, draft).raise_if_incompatible()
+        with Context(target, n_ctx=n_ctx, n_threads=threads) as tctx, Context(draft, other=tctx) as dctx, \
+                Eagle3Session(tctx, dctx, n_draft_max=n_draft_max) as session:
+            for p in prompts:
+                g = session.generate(p, max_new_tokens)
+                accepted += g.stats.n_accepted
+                rounds += g.stats.n_seq_rounds
     return 1.0 + accepted / rounds if rounds else 0.0

@@ -40,7 +40,7 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
 
 
 @dataclass
-class Batch:
+class Examples:
     features: torch.Tensor   # [B, L, 3E]
     tokens: torch.Tensor     # [B, L + steps] (padded with 0)
     top_ids: torch.Tensor    # [B, L + steps, k] draft ids, -1 outside the draft vocabulary
@@ -58,7 +58,7 @@ class Trainer:
         t2d[head.d2t.cpu().numpy()] = np.arange(len(head.d2t))
         self.t2d = t2d
 
-    def sample(self, rng: np.random.Generator, examples: np.ndarray | None = None) -> Batch:
+    def sample(self, rng: np.random.Generator, examples: np.ndarray | None = None) -> Examples:
         """Random whole examples up to ``batch_tokens`` tokens (or the given ones)."""
         d = self.data
         lengths = np.diff(d.offsets)
@@ -87,9 +87,9 @@ class Trainer:
         for j in range(s):
             valid[:, j] &= has_target[:, 1 + j:L + j]
         t = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
-        return Batch(t(feats), t(tokens), t(top_ids), t(top_logits), t(valid))
+        return Examples(t(feats), t(tokens), t(top_ids), t(top_logits), t(valid))
 
-    def losses(self, batch: Batch) -> tuple[list[torch.Tensor], list[float]]:
+    def losses(self, batch: Examples) -> tuple[list[torch.Tensor], list[float]]:
         """Per-step losses and the share of positions where the head's first choice is the teacher's."""
         n = batch.features.shape[1] - 1
         s = self.steps
