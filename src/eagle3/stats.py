@@ -53,6 +53,7 @@ class GenerationStats:
     part in and their whole times; the whole call's count each pass once.
     """
 
+    # e3_counters' fields, in its order (E3_COUNTER_FIELDS), then its histograms
     n_prompt: int = 0
     """Prompt tokens, :attr:`n_reused` of them kept from what the contexts held."""
     n_reused: int = 0
@@ -62,24 +63,24 @@ class GenerationStats:
     """Target passes over a verify batch."""
     n_seq_rounds: int = 0
     """Sequences verified, summed over the rounds."""
+    n_plain_rounds: int = 0
+    """Rounds decoded without a draft because speculation did not pay (``n_draft_max="auto"``)."""
     n_draft_calls: int = 0
     n_drafted: int = 0
     n_accepted: int = 0
-    n_plain_rounds: int = 0
-    """Rounds decoded without a draft because speculation did not pay (``n_draft_max="auto"``)."""
+    n_process_calls: int = 0
+    t_prefill_s: float = 0.0
+    t_draft_s: float = 0.0
+    t_verify_s: float = 0.0
+    t_process_s: float = 0.0
+    t_accept_s: float = 0.0
+    t_sample_s: float = 0.0
+    t_total_s: float = 0.0
     accepted_per_position: np.ndarray = dataclasses.field(default_factory=_histogram)
     """Sequence-rounds that accepted more than k drafted tokens, for each draft position k (int64)."""
     draft_lengths: np.ndarray = dataclasses.field(default_factory=_histogram)
     """Sequence-rounds by the length k of the draft they verified, k = 0 .. n_draft_max
     (int64; 0: no draft): the lengths ``n_draft_max="auto"`` chose."""
-    t_prefill_s: float = 0.0
-    t_draft_s: float = 0.0
-    t_verify_s: float = 0.0
-    t_process_s: float = 0.0
-    t_sample_s: float = 0.0
-    t_total_s: float = 0.0
-    n_process_calls: int = 0
-    t_accept_s: float = 0.0
 
     @property
     def acceptance_rate(self) -> float:

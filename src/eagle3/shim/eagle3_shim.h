@@ -106,25 +106,32 @@ int e3_spec_check_config(const e3_spec_config * cfg, e3_error * err);
  * session keeps one per sequence (the drafting fields), a generation one per
  * request and one for the whole call. Derived figures (acceptance, tau) are
  * defined once, in eagle3.stats. */
+/* The counters, listed once: the struct below and e3::tally's sum are made from this
+ * list; _shim.pxd and stats.GenerationStats are checked against it by the tests. */
+#define E3_COUNTER_FIELDS(X) \
+    X(int64_t, n_prompt)        /* prompt tokens (n_reused of them kept in the KV cache, the rest decoded) */ \
+    X(int64_t, n_reused)        /* prompt tokens a generation kept from what the contexts held (not decoded) */ \
+    X(int64_t, n_generated)     /* tokens generated */ \
+    X(int64_t, n_rounds)        /* target verify passes */ \
+    X(int64_t, n_seq_rounds)    /* sequences verified, summed over the passes (a session: accept() calls) */ \
+    X(int64_t, n_plain_rounds)  /* sequence-rounds decoded without a draft because drafting did not pay */ \
+    X(int64_t, n_draft_calls)   /* drafts requested */ \
+    X(int64_t, n_drafted)       /* tokens drafted */ \
+    X(int64_t, n_accepted)      /* drafted tokens accepted */ \
+    X(int64_t, n_process_calls) /* process() calls, per sequence */ \
+    X(double,  t_prefill_s) \
+    X(double,  t_draft_s) \
+    X(double,  t_verify_s)      /* target decodes of verify batches */ \
+    X(double,  t_process_s) \
+    X(double,  t_accept_s) \
+    X(double,  t_sample_s) \
+    X(double,  t_total_s)
+
+#define E3_DECLARE_COUNTER(type, name) type name;
 typedef struct e3_counters {
-    int64_t n_prompt;        /* prompt tokens (n_reused of them kept in the KV cache, the rest decoded) */
-    int64_t n_reused;        /* prompt tokens a generation kept from what the contexts held (not decoded) */
-    int64_t n_generated;     /* tokens generated */
-    int64_t n_rounds;        /* target verify passes */
-    int64_t n_seq_rounds;    /* sequences verified, summed over the passes (a session: accept() calls) */
-    int64_t n_plain_rounds;  /* sequence-rounds decoded without a draft because drafting did not pay */
-    int64_t n_draft_calls;   /* drafts requested */
-    int64_t n_drafted;       /* tokens drafted */
-    int64_t n_accepted;      /* drafted tokens accepted */
-    int64_t n_process_calls; /* process() calls, per sequence */
-    double  t_prefill_s;
-    double  t_draft_s;
-    double  t_verify_s;      /* target decodes of verify batches */
-    double  t_process_s;
-    double  t_accept_s;
-    double  t_sample_s;
-    double  t_total_s;
+    E3_COUNTER_FIELDS(E3_DECLARE_COUNTER)
 } e3_counters;
+#undef E3_DECLARE_COUNTER
 
 /* Histograms beside the counters, of n_hist entries each (n_draft_max + 1):
  * accepted_per_pos[k]: sequence-rounds that accepted more than k drafted tokens;

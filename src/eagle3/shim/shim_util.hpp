@@ -71,23 +71,9 @@ struct tally {
 
     void add(const tally & o) {
         const e3_counters & b = o.c;
-        c.n_prompt += b.n_prompt;
-        c.n_reused += b.n_reused;
-        c.n_generated += b.n_generated;
-        c.n_rounds += b.n_rounds;
-        c.n_seq_rounds += b.n_seq_rounds;
-        c.n_plain_rounds += b.n_plain_rounds;
-        c.n_draft_calls += b.n_draft_calls;
-        c.n_drafted += b.n_drafted;
-        c.n_accepted += b.n_accepted;
-        c.n_process_calls += b.n_process_calls;
-        c.t_prefill_s += b.t_prefill_s;
-        c.t_draft_s += b.t_draft_s;
-        c.t_verify_s += b.t_verify_s;
-        c.t_process_s += b.t_process_s;
-        c.t_accept_s += b.t_accept_s;
-        c.t_sample_s += b.t_sample_s;
-        c.t_total_s += b.t_total_s;
+#define E3_ADD_COUNTER(type, name) c.name += b.name;
+        E3_COUNTER_FIELDS(E3_ADD_COUNTER)
+#undef E3_ADD_COUNTER
         add_hist(accepted_per_pos, o.accepted_per_pos);
         add_hist(draft_lengths, o.draft_lengths);
     }
