@@ -11,6 +11,7 @@ from eagle3.errors import *  # noqa: F403 (every exception class)
 from eagle3.generation import BatchGeneration, Generation, GenerationStats, TokenStream
 from eagle3.model import Device, Model
 from eagle3.quantize import quantize
+from eagle3.sampling import SamplingParams
 from eagle3.session import DraftSession, Eagle3Session, Eagle3SessionConfig, MtpSession, NgramSession
 from eagle3.train import TrainReport, train_head
 
@@ -26,6 +27,7 @@ __all__ = [
     "Model",
     "MtpSession",
     "NgramSession",
+    "SamplingParams",
     "Generation",
     "GenerationStats",
     "BatchGeneration",

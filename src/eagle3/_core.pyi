@@ -103,7 +103,6 @@ class ContextHandle:
     is_mtp: bool
     serial: int
     kv_epoch: int
-    n_views: int
     n_threads: int
     tokens_decoded: int
     def __init__(self, model: ModelHandle, n_ctx: int, n_batch: int, n_ubatch: int, n_seq_max: int, mtp: bool,

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -24,9 +25,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from eagle3 import _build_config, _core, remote, shipped
+from eagle3 import _build_config, _core, remote, sampling, shipped
 from eagle3.compat import check_pair
 from eagle3.errors import Eagle3Error, InvalidArgumentError, ModelLoadError
+from eagle3.sampling import SamplingParams
 
 
 def _jsonable(value: Any) -> Any:
@@ -148,22 +150,53 @@ class _Loaded:
             self.draft_model.close()
 
 
-def _sampling(args: argparse.Namespace) -> dict[str, Any]:
-    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                    repeat_penalty=args.repeat_penalty, seed=args.seed, verify=args.verify)
+def _sampling(args: argparse.Namespace) -> SamplingParams:
+    """The SamplingParams the options built by _add_sampling_args ask for."""
+    values = {name: getattr(args, name) for name in sampling.FIELDS}
+    values["logit_bias"] = values["logit_bias"] or ()
+    schema = None
     try:
         if args.grammar:
-            sampling["grammar"] = Path(args.grammar).read_text(encoding="utf-8")
+            values["grammar"] = Path(args.grammar).read_text(encoding="utf-8")
         if args.json_schema:
             text = args.json_schema
             if not text.lstrip().startswith("{"):
                 text = Path(text).read_text(encoding="utf-8")
-            sampling["json_schema"] = json.loads(text)
+            schema = json.loads(text)
     except OSError as e:
         raise Eagle3Error(f"cannot read {e.filename}: {e.strerror}") from None
     except ValueError as e:
         raise Eagle3Error(f"--json-schema is not JSON: {e}") from None
-    return sampling
+    return sampling.sampling_params(SamplingParams(**values), schema)
+
+
+def _logit_bias_option(text: str) -> tuple[int, float]:
+    token, sep, bias = text.partition("=")
+    try:
+        if sep:
+            return int(token), float(bias)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected TOKEN=BIAS (e.g. 42=-inf), got {text!r}")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """One option per SamplingParams field, from its default and help."""
+    for field in dataclasses.fields(SamplingParams):
+        flag, help = "--" + field.name.replace("_", "-"), field.metadata["help"]
+        if field.name == "grammar":
+            p.add_argument(flag, metavar="FILE", help=help + ", read from FILE")
+        elif field.name == "logit_bias":
+            p.add_argument(flag, metavar="TOKEN=BIAS", action="append", type=_logit_bias_option,
+                           help=help + "; repeat it for several tokens")
+        elif field.name == "verify":
+            p.add_argument(flag, choices=sampling.VERIFICATIONS, default=field.default, help=help)
+        elif field.name == "seed":
+            p.add_argument(flag, type=int, default=None, help=help)
+        else:
+            p.add_argument(flag, type=type(field.default), default=field.default, help=help)
+    p.add_argument("--json-schema", metavar="SCHEMA", help="constrain the output to this JSON schema (a file, or "
+                                                            "the JSON itself)")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -171,17 +204,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     args.prompt = _prompt(args.prompt)
     loaded = _Loaded(args, 8 if n_draft == "auto" else n_draft)
     try:
-        sampling = _sampling(args)
+        params = _sampling(args)
         prompt: Any = args.prompt
         if _chat(args):  # the prompt is the user's turn of a chat, through the model's template
             messages = [{"role": "user", "content": args.prompt}]
             args.prompt = loaded.target_model.apply_chat_template(messages)
             prompt = loaded.target_model.chat_tokens(messages)
         if args.json:
-            g = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft, **sampling)
+            g = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft, sampling=params)
         else:  # the text as it is produced, after the prompt it continues
             print(args.prompt, end="", flush=True)
-            stream = loaded.session.stream(prompt, args.n_predict, text=True, n_draft_max=n_draft, **sampling)
+            stream = loaded.session.stream(prompt, args.n_predict, text=True, n_draft_max=n_draft, sampling=params)
             for piece in stream:
                 print(piece, end="", flush=True)
             print()
@@ -190,12 +223,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         result: dict[str, Any] = {"prompt": args.prompt, "text": g.text, "tokens": g.tokens.tolist(),
                                   "finish_reason": g.finish_reason, "n_draft_max": n_draft, "stats": st.as_dict()}
         if args.compare:
-            loaded.plain.generate(prompt, 8, **sampling)  # warm the plain path too
+            loaded.plain.generate(prompt, 8, params)  # warm the plain path too
             t0 = time.perf_counter()
-            plain = loaded.plain.generate(prompt, args.n_predict, **sampling)
+            plain = loaded.plain.generate(prompt, args.n_predict, params)
             plain_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            g = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft, **sampling)
+            g = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft, sampling=params)
             spec_s = time.perf_counter() - t0
             st = g.stats
             result["stats"] = st.as_dict()
@@ -256,11 +289,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for n_draft in drafts:
             st = stats[n_draft]
             rate = st.n_generated / spec_s[n_draft]
-            per_pos = st.accepted_per_position[:n_session if n_draft == "auto" else n_draft]
             rows.append({"n_draft_max": n_draft, "tokens_per_s": rate, "plain_tokens_per_s": plain_rate,
                          "speedup": rate / plain_rate, "tau": st.mean_accepted_length,
                          "acceptance": st.acceptance_rate,
-                         "acceptance_per_position": (per_pos / max(st.n_draft_calls, 1)).tolist(),
+                         "acceptance_per_position":
+                             st.acceptance_per_position[:n_session if n_draft == "auto" else n_draft].tolist(),
                          "plain_rounds": st.n_plain_rounds / max(st.n_rounds, 1),
                          "draft_lengths": st.draft_lengths.tolist()})
         if args.json:
@@ -294,7 +327,7 @@ def _plot(rows: list[dict], path: str) -> None:
         rates = r["acceptance_per_position"]
         ax.plot(range(1, len(rates) + 1), rates, marker="o", label=f"n_draft_max={r['n_draft_max']}")
     ax.set_xlabel("draft position")
-    ax.set_ylabel("rounds accepting this position")
+    ax.set_ylabel("share of drafts reaching it that were accepted there")
     ax.set_ylim(0, 1)
     ax.set_title("acceptance per draft position")
     ax.legend()
@@ -441,23 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-draft-max", type=_n_draft, default="auto",
                    help="longest draft, or 'auto': the length that pays best, measured as it runs, down to plain "
                         "decoding (default auto)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
-    p.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (default 0: all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0: off)")
-    p.add_argument("--min-p", type=float, default=0.0,
-                   help="drop tokens below this share of the top one (default 0: off)")
-    p.add_argument("--repeat-penalty", type=float, default=1.0,
-                   help="divide the logits of the last 64 tokens' ids by this (default 1.0: off)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="sampling seed: with --verify match, the same seed gives the same tokens with or without "
-                        "speculation")
-    p.add_argument("--verify", choices=["match", "rejection"], default="rejection",
-                   help="at temperature > 0: speculative sampling, which keeps more drafts (rejection, default), or "
-                        "keep drafts that match the target's own samples, so that a seed gives plain sampling's "
-                        "tokens (match); both follow the target's distribution")
-    p.add_argument("--grammar", metavar="FILE", help="constrain the output to this GBNF grammar (rule root)")
-    p.add_argument("--json-schema", metavar="SCHEMA", help="constrain the output to this JSON schema (a file, or "
-                                                            "the JSON itself)")
+    _add_sampling_args(p)
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="the prompt is a user message: wrap it in the model's chat template (default: on for "
                         "the default pair, off otherwise)")

@@ -291,19 +291,18 @@ class Context(Resource):
         if not 0 <= seq_id < self.n_seq_max:
             raise BadSeqIdError(seq_id, self.n_seq_max)
 
-    def generate(self, prompt, max_new_tokens: int = 128, **kwargs) -> generation.Generation:
+    def generate(self, prompt, max_new_tokens: int = 128, sampling=None, **kwargs) -> generation.Generation:
         """Plain decoding (no speculation) with the sampler of ``Eagle3Session.generate``,
         one token per target pass, in C without the GIL. Arguments as there (no ``n_draft_max``)."""
-        return self.generate_batch([prompt], max_new_tokens, **kwargs)[0]
+        return self.generate_batch([prompt], max_new_tokens, sampling, **kwargs)[0]
 
-    def generate_batch(self, prompts, max_new_tokens: int = 128, **kwargs) -> generation.BatchGeneration:
+    def generate_batch(self, prompts, max_new_tokens: int = 128, sampling=None,
+                       **kwargs) -> generation.BatchGeneration:
         """Plain decoding of several prompts at once, one per sequence (at most ``n_seq_max``)."""
         if isinstance(prompts, str) or "n_draft_max" in kwargs:
             raise ArgumentTypeError("prompts is a list of prompts; plain decoding has no n_draft_max")
-        s = generation.settings(max_new_tokens, n_draft_max=None, **kwargs)
+        s = generation.settings(max_new_tokens, sampling, n_draft_max=None, **kwargs)
         prompts = [generation.prompt_tokens(self.model, p) for p in prompts]
-        if not 1 <= len(prompts) <= self.n_seq_max:
-            raise InvalidArgumentError(f"{len(prompts)} prompts; this context holds 1 to {self.n_seq_max} sequences")
         with self._lock:
             return generation.run(_core.Pair(self._live()), self.model, prompts, s)
 

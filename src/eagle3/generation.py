@@ -20,14 +20,14 @@ the same tokens with or without speculation.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from eagle3 import _core
-from eagle3._validate import as_int
+from eagle3._validate import as_int, int32_array
 from eagle3.errors import ArgumentTypeError, InvalidArgumentError
+from eagle3.sampling import SamplingParams, sampling_params
 from eagle3.stats import GenerationStats
 
 __all__ = ["Generation", "BatchGeneration", "GenerationStats", "TokenStream"]
@@ -99,82 +99,26 @@ class Settings:
     """Validated generation arguments: what the extension's e3_request is filled from."""
 
     max_new_tokens: int
-    temperature: float
-    top_k: int
-    top_p: float
-    min_p: float
-    seed: int
-    stop_tokens: tuple[int, ...]
-    stop_strings: tuple[str, ...]
-    n_draft: int  # 0: the session's n_draft_max; k: at most k; _core.DRAFT_AUTO: "auto"
-    typical_p: float = 1.0
-    penalty_last_n: int = 64
-    repeat_penalty: float = 1.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    logit_bias: tuple[tuple[int, float], ...] = ()
-    grammar: str | None = None
-    verify: str = "rejection"
+    sampling: SamplingParams  # its seed resolved: never None here
+    stop_tokens: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+    n_draft: int = 0  # 0: the session's n_draft_max; k: at most k; _core.DRAFT_AUTO: "auto"
     logprobs: int = 0
     trace: bool = False
     reuse: bool = True
 
 
-VERIFICATIONS = ("match", "rejection")
-
-
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
-    return float(value)
-
-
-def _logit_bias(bias: Any) -> tuple[tuple[int, float], ...]:
-    if bias is None:
-        return ()
-    if not isinstance(bias, dict):
-        raise ArgumentTypeError(f"logit_bias must be a dict {{token id: bias}}, got {type(bias).__name__}")
-    return tuple((as_int(t, "logit_bias token"), _number(b, "a logit_bias value")) for t, b in bias.items())
-
-
-def _grammar(grammar: Any, json_schema: Any) -> str | None:
-    if grammar is not None and json_schema is not None:
-        raise InvalidArgumentError("give grammar= or json_schema=, not both")
-    if json_schema is not None:
-        if not isinstance(json_schema, (dict, bool)):
-            raise ArgumentTypeError(f"json_schema must be a dict (a JSON schema), got {type(json_schema).__name__}")
-        import json
-
-        return _core.json_schema_to_grammar(json.dumps(json_schema))
-    if grammar is not None and not isinstance(grammar, str):
-        raise ArgumentTypeError(f"grammar must be GBNF text (a str), got {type(grammar).__name__}")
-    return grammar or None
-
-
-def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p: Any = 1.0, min_p: Any = 0.0,
-             seed: Any = None, stop_tokens: Any = (), stop_strings: Any = (), n_draft_max: Any = None,
-             typical_p: Any = 1.0, penalty_last_n: Any = 64, repeat_penalty: Any = 1.0, frequency_penalty: Any = 0.0,
-             presence_penalty: Any = 0.0, logit_bias: Any = None, grammar: Any = None, json_schema: Any = None,
-             verify: Any = "rejection", logprobs: Any = 0, trace: Any = False, reuse: Any = True) -> Settings:
-    # types here; the ranges are the engine's (e3_engine_start)
+def settings(max_new_tokens: Any, sampling: Any = None, *, stop_tokens: Any = (), stop_strings: Any = (),
+             n_draft_max: Any = None, logprobs: Any = 0, trace: Any = False, reuse: Any = True,
+             json_schema: Any = None, **sampling_overrides: Any) -> Settings:
+    """A generation call's arguments, checked for type (the ranges are the engine's,
+    e3_engine_start); ``sampling_overrides`` are :class:`SamplingParams` fields."""
+    params = sampling_params(sampling, json_schema, **sampling_overrides)
+    params = params.replace(seed=params.resolved_seed())
     max_new = as_int(max_new_tokens, "max_new_tokens")
-    floats = {name: _number(value, name) for name, value in (
-        ("temperature", temperature), ("top_p", top_p), ("min_p", min_p), ("typical_p", typical_p),
-        ("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
-        ("presence_penalty", presence_penalty))}
-    top_k = as_int(top_k, "top_k")
-    if verify not in VERIFICATIONS:
-        raise InvalidArgumentError(f"verify must be one of {', '.join(map(repr, VERIFICATIONS))}, got {verify!r}")
-    if not isinstance(trace, bool):
-        raise ArgumentTypeError(f"trace must be a bool, got {type(trace).__name__}")
-    if not isinstance(reuse, bool):
-        raise ArgumentTypeError(f"reuse must be a bool, got {type(reuse).__name__}")
-    extra = dict(typical_p=floats["typical_p"], penalty_last_n=as_int(penalty_last_n, "penalty_last_n"),
-                 repeat_penalty=floats["repeat_penalty"], frequency_penalty=floats["frequency_penalty"],
-                 presence_penalty=floats["presence_penalty"], logit_bias=_logit_bias(logit_bias),
-                 grammar=_grammar(grammar, json_schema), verify=verify, logprobs=as_int(logprobs, "logprobs", 0),
-                 trace=trace, reuse=reuse)
-    seed = int.from_bytes(os.urandom(8), "little") if seed is None else as_int(seed, "seed", 0, 2**64 - 1)
+    for name, flag in (("trace", trace), ("reuse", reuse)):
+        if not isinstance(flag, bool):
+            raise ArgumentTypeError(f"{name} must be a bool, got {type(flag).__name__}")
     if not isinstance(stop_strings, (list, tuple)):
         raise ArgumentTypeError(f"stop_strings must be a list of strings, got {type(stop_strings).__name__}")
     strings = tuple(stop_strings)
@@ -187,19 +131,15 @@ def settings(max_new_tokens: Any, temperature: Any = 0.0, top_k: Any = 0, top_p:
         n_draft = 0
     else:
         n_draft = as_int(n_draft_max, "n_draft_max", 1)  # (0 stands for None)
-    return Settings(max_new, floats["temperature"], top_k, floats["top_p"], floats["min_p"], seed, tokens, strings,
-                    n_draft, **extra)
+    return Settings(max_new, params, tokens, strings, n_draft, as_int(logprobs, "logprobs", 0), trace, reuse)
 
 
 def prompt_tokens(model, prompt: Any) -> np.ndarray:
     if isinstance(prompt, str):
         return model.tokenize(prompt)
-    arr = np.asarray(prompt)
-    if arr.ndim != 1 or arr.size == 0:
-        raise InvalidArgumentError("a prompt is a non-empty string or one-dimensional array of token ids")
-    if arr.dtype.kind not in "iu":
-        raise ArgumentTypeError(f"prompt tokens must be integers, got dtype {arr.dtype}")
-    return arr
+    if np.ndim(prompt) != 1:
+        raise InvalidArgumentError("a prompt is a string or a one-dimensional array of token ids")
+    return int32_array(prompt, "prompt tokens")  # (an empty one: the engine refuses it)
 
 
 def continuation(model, prompt: np.ndarray, tokens: np.ndarray) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 from eagle3 import _core, compat, remote
 from eagle3._lifetime import Resource
-from eagle3._validate import as_int
+from eagle3._validate import as_int, int32_array
 from eagle3.errors import ArgumentTypeError, InvalidArgumentError, ModelLoadError
 
 
@@ -165,15 +165,7 @@ class Model(Resource):
 
     def detokenize(self, tokens, *, remove_special: bool = False, unparse_special: bool = False) -> str:
         """Text of a sequence of token ids."""
-        arr = np.asarray(tokens)
-        if arr.ndim > 1:
-            raise InvalidArgumentError(f"tokens must be one-dimensional, got shape {arr.shape}")
-        arr = np.ascontiguousarray(arr.reshape(-1))
-        if arr.size and arr.dtype.kind not in "iu":
-            raise ArgumentTypeError(f"tokens must be integers, got dtype {arr.dtype}")
-        if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
-            raise InvalidArgumentError("token ids do not fit in int32")
-        return self._vocab().detokenize(arr.astype(np.int32), remove_special, unparse_special)
+        return self._vocab().detokenize(int32_array(tokens, "tokens"), remove_special, unparse_special)
 
     # -- chat ----------------------------------------------------------------
 

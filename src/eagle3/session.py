@@ -50,6 +50,7 @@ from eagle3.context import Context
 from eagle3._validate import as_int
 from eagle3.errors import (ArgumentTypeError, Eagle3Error, InvalidArgumentError, InvalidConfigError, SessionInitError,
                            StateError)
+from eagle3.sampling import SamplingParams
 from eagle3.stats import GenerationStats
 
 
@@ -119,9 +120,6 @@ class _SpeculativeSession(Resource):
         for name, ctx in contexts:
             if not isinstance(ctx, Context):
                 raise ArgumentTypeError(f"{name} must be an eagle3.Context, got {type(ctx).__name__}")
-        if target_ctx is draft_ctx:
-            raise SessionInitError("the target and draft contexts must be two different contexts",
-                                   kind=self._session_kind)
         self._check_contexts(target_ctx, draft_ctx)
         super().__init__(lock=target_ctx._lock)
         self.target = target_ctx
@@ -254,11 +252,8 @@ class _SpeculativeSession(Resource):
 
     # -- whole generations, looped in C -------------------------------------
 
-    def _settings(self, max_new_tokens, kwargs) -> generation.Settings:
-        return generation.settings(max_new_tokens, **kwargs)
-
     def _generate(self, prompts, max_new_tokens, kwargs) -> BatchGeneration:
-        s = self._settings(max_new_tokens, kwargs)
+        s = generation.settings(max_new_tokens, **kwargs)
         model = self.target.model
         tokens = [generation.prompt_tokens(model, p) for p in prompts]
         with self._locked() as pair:
@@ -266,13 +261,10 @@ class _SpeculativeSession(Resource):
         self.generation_stats = self.generation_stats + result.stats
         return result
 
-    def generate(self, prompt, max_new_tokens: int = 128, *, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, min_p: float = 0.0, typical_p: float = 1.0, repeat_penalty: float = 1.0,
-                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0, penalty_last_n: int = 64,
-                 logit_bias: dict[int, float] | None = None, grammar: str | None = None,
-                 json_schema: dict | None = None, seed: int | None = None, stop_tokens=(), stop_strings=(),
-                 n_draft_max: int | str | None = None, verify: str = "rejection", logprobs: int = 0,
-                 trace: bool = False, reuse: bool = True) -> Generation:
+    def generate(self, prompt, max_new_tokens: int = 128, sampling: SamplingParams | None = None, *,
+                 stop_tokens=(), stop_strings=(), n_draft_max: int | str | None = None, logprobs: int = 0,
+                 trace: bool = False, reuse: bool = True, json_schema: dict | None = None,
+                 **sampling_overrides) -> Generation:
         """Generate up to ``max_new_tokens`` tokens after ``prompt`` (text or token ids) on sequence 0.
 
         The whole draft, verify, process, accept and trim loop runs inside the
@@ -280,11 +272,12 @@ class _SpeculativeSession(Resource):
         the target's own greedy decoding); otherwise tokens are sampled from
         the target's distribution, losslessly.
 
-        Sampling is llama.cpp's sampler chain: ``logit_bias`` ({token: bias};
-        ``-inf`` bans a token), the penalties over the last ``penalty_last_n``
-        tokens (the prompt's included; -1: the whole context), ``grammar``
-        (GBNF, rule ``root``) or ``json_schema`` (a dict, turned into a grammar
-        by llama.cpp's common/json-schema-to-grammar), then top-k, typical-p,
+        ``sampling`` (:class:`SamplingParams`; greedy when omitted) is llama.cpp's sampler
+        chain; any of its fields given as a keyword (``temperature=0.7``, ``seed=1``, ...)
+        overrides it. In order: ``logit_bias`` ({token: bias}; ``-inf`` bans a token), the
+        penalties over the last ``penalty_last_n`` tokens (the prompt's included; -1: the
+        whole context), ``grammar`` (GBNF, rule ``root``) or ``json_schema`` (a dict, turned
+        into a grammar by llama.cpp's common/json-schema-to-grammar), then top-k, typical-p,
         top-p, min-p and temperature. A grammar applies to the target's
         verification: every emitted token obeys it, and drafted tokens it
         forbids count as rejected.
@@ -319,15 +312,13 @@ class _SpeculativeSession(Resource):
         tokens. The output is the same as without reuse. ``reuse=False`` decodes the
         whole prompt (the sequence's cache is cleared first). See docs/state.md.
         """
-        kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                      presence_penalty=presence_penalty, penalty_last_n=penalty_last_n, logit_bias=logit_bias,
-                      grammar=grammar, json_schema=json_schema, seed=seed, stop_tokens=stop_tokens,
-                      stop_strings=stop_strings, n_draft_max=n_draft_max, verify=verify, logprobs=logprobs,
-                      trace=trace, reuse=reuse)
+        kwargs = dict(sampling=sampling, stop_tokens=stop_tokens, stop_strings=stop_strings,
+                      n_draft_max=n_draft_max, logprobs=logprobs, trace=trace, reuse=reuse, json_schema=json_schema,
+                      **sampling_overrides)
         return self._generate([prompt], max_new_tokens, kwargs)[0]
 
-    def generate_batch(self, prompts, max_new_tokens: int = 128, **kwargs) -> BatchGeneration:
+    def generate_batch(self, prompts, max_new_tokens: int = 128, sampling: SamplingParams | None = None,
+                       **kwargs) -> BatchGeneration:
         """Generate for several prompts at once, one per sequence (at most ``n_seq``).
 
         Each round verifies every live sequence's drafts in one target batch;
@@ -340,12 +331,10 @@ class _SpeculativeSession(Resource):
         """
         if isinstance(prompts, str):
             raise ArgumentTypeError("prompts is a list of prompts")
-        prompts = list(prompts)
-        if not 1 <= len(prompts) <= self.n_seq:
-            raise InvalidArgumentError(f"{len(prompts)} prompts; this session runs 1 to n_seq = {self.n_seq}")
-        return self._generate(prompts, max_new_tokens, kwargs)
+        return self._generate(list(prompts), max_new_tokens, dict(sampling=sampling, **kwargs))
 
-    def stream(self, prompt, max_new_tokens: int = 128, *, text: bool = False, **kwargs) -> TokenStream:
+    def stream(self, prompt, max_new_tokens: int = 128, sampling: SamplingParams | None = None, *,
+               text: bool = False, **kwargs) -> TokenStream:
         """Like :meth:`generate`, but yields each token as soon as it is accepted (an int), or
         with ``text=True`` the text as it is produced (strs that never end inside a UTF-8
         character; joined, they are the generation's text, spaces included).
@@ -356,7 +345,7 @@ class _SpeculativeSession(Resource):
         """
         if not isinstance(text, bool):
             raise ArgumentTypeError(f"text must be a bool, got {type(text).__name__}")
-        s = self._settings(max_new_tokens, kwargs)
+        s = generation.settings(max_new_tokens, sampling, **kwargs)
         model = self.target.model
         tokens = generation.prompt_tokens(model, prompt)
         rounds = generation.stream(self._live(), model, tokens, s, self._live)
@@ -487,8 +476,6 @@ class Eagle3Session(_SpeculativeSession):
     def _check_contexts(self, target_ctx: Context, draft_ctx: Context) -> None:
         if draft_ctx.ctx_type != "default":
             raise SessionInitError("an EAGLE-3 draft context has ctx_type='default'")
-        if draft_ctx.other is not None and draft_ctx.other is not target_ctx:
-            raise SessionInitError("the draft context was created against a different target (other=)")
         check_pair(target_ctx.model, draft_ctx.model).raise_if_incompatible()
 
 
