@@ -193,6 +193,17 @@ class _Lock:
         self.f.close()
 
 
+def extract_pristine(paths: set[str], dest: Path, archive_dir: Path = ARCHIVE_DIR) -> None:
+    """Write the pristine pinned version of each llama.cpp path in ``paths`` (those
+    the archive has) under ``dest``, from the archive in ``archive_dir``."""
+    prefix = f"{SDIST_DIRECTORY}/vendor/llama.cpp/"
+    with tarfile.open(archive_dir / SDIST_FILE) as archive:
+        for member in archive:
+            rel = member.name[len(prefix):]
+            if member.isfile() and member.name.startswith(prefix) and rel in paths:
+                patch_series.stage([rel], lambda _: archive.extractfile(member).read(), dest)
+
+
 def patch_pinned(sdist_root: Path = SDIST_ROOT, archive_dir: Path = ARCHIVE_DIR, series: Path = SERIES) -> bool:
     """Make the extracted sdist's vendor/llama.cpp the pristine archive's with the
     series applied. Whether anything was done (False: the stamp says this series is
@@ -255,9 +266,11 @@ def patch_pinned(sdist_root: Path = SDIST_ROOT, archive_dir: Path = ARCHIVE_DIR,
     return True
 
 
-def try_patches(tree: Path, series: Path = SERIES, out=sys.stdout) -> int:
+def try_patches(tree: Path, series: Path = SERIES, out=None) -> int:
     """Apply the series in order to a copy of what it touches in ``tree``; report each
-    patch. 0 if every patch applies, 1 if one does not."""
+    patch (to ``out``, default stdout). 0 if every patch applies, 1 if one does not,
+    2 if ``tree`` is not a llama.cpp tree."""
+    out = out or sys.stdout
     tree = tree.expanduser()
     if not ((tree / "ggml").is_dir() and (tree / "common").is_dir()):
         hint = (f" (its llama.cpp is {tree / 'vendor' / 'llama.cpp'})"
