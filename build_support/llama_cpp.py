@@ -193,15 +193,22 @@ class _Lock:
         self.f.close()
 
 
-def extract_pristine(paths: set[str], dest: Path, archive_dir: Path = ARCHIVE_DIR) -> None:
-    """Write the pristine pinned version of each llama.cpp path in ``paths`` (those
-    the archive has) under ``dest``, from the archive in ``archive_dir``."""
+def _pristine_files(archive_dir: Path):
+    """(path in llama.cpp's tree, its content as a function, its mode) for every file of
+    the archive's vendor/llama.cpp, in the archive's order."""
     prefix = f"{SDIST_DIRECTORY}/vendor/llama.cpp/"
     with tarfile.open(archive_dir / SDIST_FILE) as archive:
         for member in archive:
-            rel = member.name[len(prefix):]
-            if member.isfile() and member.name.startswith(prefix) and rel in paths:
-                patch_series.stage([rel], lambda _: archive.extractfile(member).read(), dest)
+            if member.isfile() and member.name.startswith(prefix):
+                yield member.name[len(prefix):], lambda m=member: archive.extractfile(m).read(), member.mode
+
+
+def extract_pristine(paths: set[str], dest: Path, archive_dir: Path = ARCHIVE_DIR) -> None:
+    """Write the pristine pinned version of each llama.cpp path in ``paths`` (those
+    the archive has) under ``dest``, from the archive in ``archive_dir``."""
+    for rel, content, _ in _pristine_files(archive_dir):
+        if rel in paths:
+            patch_series.stage([rel], lambda _: content(), dest)
 
 
 def patch_pinned(sdist_root: Path = SDIST_ROOT, archive_dir: Path = ARCHIVE_DIR, series: Path = SERIES) -> bool:
@@ -226,23 +233,18 @@ def patch_pinned(sdist_root: Path = SDIST_ROOT, archive_dir: Path = ARCHIVE_DIR,
         fetch(archive_dir)
         new_files = patch_series.touched(patches)
         files = new_files | old_files
-        prefix = f"{SDIST_DIRECTORY}/vendor/llama.cpp/"
         restored = changed = 0
         with tempfile.TemporaryDirectory(prefix="eagle3-patch-") as tmp:
             staged = Path(tmp)
             modes: dict[str, int] = {}
-            with tarfile.open(archive_dir / SDIST_FILE) as archive:
-                for member in archive:
-                    if not member.isfile() or not member.name.startswith(prefix):
-                        continue
-                    rel = member.name[len(prefix):]
-                    if rel in files:
-                        modes[rel] = member.mode
-                        patch_series.stage([rel], lambda _: archive.extractfile(member).read(), staged)
-                    elif old is None:
-                        # no stamp: nothing says what else the tree went through, so every
-                        # file is checked against the archive (once)
-                        restored += _write_if_changed(vendor / rel, archive.extractfile(member).read(), member.mode)
+            for rel, content, mode in _pristine_files(archive_dir):
+                if rel in files:
+                    modes[rel] = mode
+                    patch_series.stage([rel], lambda _: content(), staged)
+                elif old is None:
+                    # no stamp: nothing says what else the tree went through, so every
+                    # file is checked against the archive (once)
+                    restored += _write_if_changed(vendor / rel, content(), mode)
 
             failed = []
             patch_series.apply_series(patches, staged, fuzz=0, stop_at_failure=True,
