@@ -7,9 +7,27 @@ Meson runs this script in two ways:
     llama.cpp; subprojects/llama.cpp.wrap names it) is in DEST, verified by
     sha256. pip downloads it, so pip's own configuration decides where from.
 
+``patch``
+    Apply eagle3's patch series (patches/llama.cpp/series, -p1 patches with
+    llama.cpp's own paths) to the extracted pinned tree. A stamp beside the
+    tree records the series' hash: an unchanged series does nothing. When it
+    changed, every file the old or the new series touches is taken again
+    from the pristine archive, the series is applied to those copies, and
+    only files whose content differs are written back (so CMake rebuilds
+    only what changed, and ccache serves what it has seen).
+
+``try-patches TREE``
+    Try the series on another llama.cpp tree (a checkout of a newer commit,
+    say) without writing to it: the files the patches touch are copied to a
+    temporary folder and the patches applied there in order. Prints for each
+    patch whether it applies, applies with offsets or fuzz, or fails (and
+    where); the exit status is 1 if one fails.
+
 ``facts [--rpc true|false]``
     Print the pinned facts meson needs, one ``name=value`` per line: the
-    sdist's folder, the upstream commit, and the static libraries to link.
+    sdist's folder, the upstream commit, the static libraries to link, and
+    the series' files (meson reconfigures, and so patches again, when one
+    of them changes).
 
 ``build --cmake CMAKE --source SRC --build-dir DIR --out-dir OUT [...]``
     Configure llama.cpp with CMake once, then build the static libraries the
@@ -28,13 +46,20 @@ import platform
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import patch_series  # noqa: E402  (build_support/patch_series.py)
 
 # The pinned source: subprojects/llama.cpp.wrap names the archive, its folder
 # and its sha256 (meson reads the same file); the upstream commit it vendors
 # is stated here once.
-WRAP = Path(__file__).resolve().parent.parent / "subprojects" / "llama.cpp.wrap"
+ROOT = Path(__file__).resolve().parent.parent
+WRAP = ROOT / "subprojects" / "llama.cpp.wrap"
+# eagle3's patches to llama.cpp: the series file lists them in order.
+SERIES = ROOT / "patches" / "llama.cpp" / "series"
 PINNED_COMMIT = "0c1e57098"
 SDIST_NAME = "llama-cpp-python"
 
@@ -63,6 +88,12 @@ LIBRARIES = (
     "libggml-base.a",
 )
 RPC_LIBRARY = "libggml-rpc.a"
+
+# The extracted sdist (meson's subproject) and, beside its vendor/llama.cpp,
+# the stamp of the series applied to it.
+SDIST_ROOT = ROOT / "subprojects" / SDIST_DIRECTORY
+ARCHIVE_DIR = ROOT / "subprojects" / "packagefiles"
+STAMP_NAME = ".eagle3-patch-series.json"
 
 
 def libraries(rpc: bool) -> tuple[str, ...]:
@@ -117,6 +148,159 @@ def fetch(dest: Path) -> None:
         os.replace(got, archive)
 
 
+def _series(series: Path) -> list[patch_series.Patch]:
+    try:
+        return patch_series.read_series(series)
+    except patch_series.SeriesError as e:
+        sys.exit(f"eagle3: {e}")
+
+
+def _write_if_changed(path: Path, data: bytes | None, mode: int | None) -> bool:
+    """Make ``path`` hold ``data`` (None: not exist), leaving it untouched (its
+    mtime too) when it already does. Whether it changed."""
+    if data is None:
+        if path.exists() or path.is_symlink():
+            path.unlink()
+            return True
+        return False
+    if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".eagle3-tmp")
+    tmp.write_bytes(data)
+    if mode is not None:
+        os.chmod(tmp, mode & 0o777)
+    os.replace(tmp, path)
+    return True
+
+
+class _Lock:
+    """An exclusive lock on a file (two builds configuring at once patch one after the other)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.f = self.path.open("a")
+        try:
+            import fcntl
+            fcntl.flock(self.f, fcntl.LOCK_EX)
+        except ImportError:  # (not POSIX: no lock)
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def _pristine_files(archive_dir: Path):
+    """(path in llama.cpp's tree, its content as a function, its mode) for every file of
+    the archive's vendor/llama.cpp, in the archive's order."""
+    prefix = f"{SDIST_DIRECTORY}/vendor/llama.cpp/"
+    with tarfile.open(archive_dir / SDIST_FILE) as archive:
+        for member in archive:
+            if member.isfile() and member.name.startswith(prefix):
+                yield member.name[len(prefix):], lambda m=member: archive.extractfile(m).read(), member.mode
+
+
+def extract_pristine(paths: set[str], dest: Path, archive_dir: Path = ARCHIVE_DIR) -> None:
+    """Write the pristine pinned version of each llama.cpp path in ``paths`` (those
+    the archive has) under ``dest``, from the archive in ``archive_dir``."""
+    for rel, content, _ in _pristine_files(archive_dir):
+        if rel in paths:
+            patch_series.stage([rel], lambda _: content(), dest)
+
+
+def patch_pinned(sdist_root: Path = SDIST_ROOT, archive_dir: Path = ARCHIVE_DIR, series: Path = SERIES) -> bool:
+    """Make the extracted sdist's vendor/llama.cpp the pristine archive's with the
+    series applied. Whether anything was done (False: the stamp says this series is
+    already there)."""
+    vendor = sdist_root / "vendor" / "llama.cpp"
+    if not (vendor / "common" / "speculative.h").exists():
+        sys.exit(f"eagle3: {vendor} is not an extracted llama.cpp tree")
+    patches = _series(series)
+    want = patch_series.digest(series, patches)
+    stamp = sdist_root / STAMP_NAME
+    with _Lock(sdist_root / (STAMP_NAME + ".lock")):
+        try:
+            old = json.loads(stamp.read_text())
+            old_files = set(old["files"])
+            if old["digest"] == want:
+                return False
+        except (OSError, ValueError, KeyError, TypeError):
+            old, old_files = None, set()
+
+        fetch(archive_dir)
+        new_files = patch_series.touched(patches)
+        files = new_files | old_files
+        restored = changed = 0
+        with tempfile.TemporaryDirectory(prefix="eagle3-patch-") as tmp:
+            staged = Path(tmp)
+            modes: dict[str, int] = {}
+            for rel, content, mode in _pristine_files(archive_dir):
+                if rel in files:
+                    modes[rel] = mode
+                    patch_series.stage([rel], lambda _: content(), staged)
+                elif old is None:
+                    # no stamp: nothing says what else the tree went through, so every
+                    # file is checked against the archive (once)
+                    restored += _write_if_changed(vendor / rel, content(), mode)
+
+            failed = []
+            patch_series.apply_series(patches, staged, fuzz=0, stop_at_failure=True,
+                                      report=lambda o: None if o.ok else failed.append(o))
+            if failed:
+                sys.exit(f"eagle3: the llama.cpp patch {failed[0].patch} does not apply to the pinned source "
+                         f"({SDIST_FILE}): {failed[0].detail}.\nThe series is {series}; "
+                         f"`python build_support/llama_cpp.py try-patches DIR` tries it on any tree.")
+            for rel in sorted(files):
+                src = staged / rel
+                mode = modes.get(rel)
+                if mode is None and (vendor / rel).exists():
+                    mode = (vendor / rel).stat().st_mode
+                changed += _write_if_changed(vendor / rel, src.read_bytes() if src.is_file() else None, mode)
+
+        stamp.write_text(json.dumps({"digest": want, "series": [p.name for p in patches],
+                                     "files": sorted(new_files)}, indent=1) + "\n")
+    note = f", {restored} other files restored from the archive" if restored else ""
+    print(f"eagle3: applied the llama.cpp patch series ({len(patches)} patches): {changed} files changed{note}",
+          file=sys.stderr)
+    return True
+
+
+def try_patches(tree: Path, series: Path = SERIES, out=None) -> int:
+    """Apply the series in order to a copy of what it touches in ``tree``; report each
+    patch (to ``out``, default stdout). 0 if every patch applies, 1 if one does not,
+    2 if ``tree`` is not a llama.cpp tree."""
+    out = out or sys.stdout
+    tree = tree.expanduser()
+    if not ((tree / "ggml").is_dir() and (tree / "common").is_dir()):
+        hint = (f" (its llama.cpp is {tree / 'vendor' / 'llama.cpp'})"
+                if (tree / "vendor" / "llama.cpp" / "ggml").is_dir() else "")
+        print(f"eagle3: {tree} is not a llama.cpp tree (no ggml/ and common/ folders){hint}", file=sys.stderr)
+        return 2
+    patches = _series(series)
+    width = max(len(p.name) for p in patches)
+
+    def read(rel: str) -> bytes | None:
+        path = tree / rel
+        return path.read_bytes() if path.is_file() else None
+
+    def report(o: patch_series.Outcome) -> None:
+        print(f"{o.patch:<{width}}  {o.describe()}", file=out, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="eagle3-try-patches-") as tmp:
+        patch_series.stage(patch_series.touched(patches), read, Path(tmp))
+        outcomes = patch_series.apply_series(patches, Path(tmp), report=report)
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        print(f"{len(failed)} of {len(patches)} patches fail on {tree} (a patch that builds on a failing one "
+              "is tried without it, and may fail for that reason)", file=out)
+        return 1
+    print(f"all {len(patches)} patches apply to {tree}", file=out)
+    return 0
+
+
 def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, examples: bool = False,
                 amx: bool = False, llamafile: bool = True, batch_invariant: bool = True,
                 rpc: bool = True) -> list[str]:
@@ -130,7 +314,7 @@ def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, exam
     if batch_invariant:
         # The build's ggml patches: every pass size takes the same kernel for a
         # weight type, so a token of a target pass over a draft gets bit for bit
-        # the logits it would get decoded alone (subprojects/packagefiles/).
+        # the logits it would get decoded alone (patches/llama.cpp/).
         flags.append("-DGGML_CPU_BATCH_INVARIANT")
     extra = []
     if flags:
@@ -222,6 +406,11 @@ def main(argv: list[str] | None = None) -> None:
     p_fetch.add_argument("dest", type=Path)
     p_facts = sub.add_parser("facts", help="print the pinned source's folder, commit and libraries for meson")
     p_facts.add_argument("--rpc", choices=("true", "false"), default="true")
+    p_patch = sub.add_parser("patch", help="apply the patch series to the extracted pinned tree (if not yet)")
+    p_patch.add_argument("--series", type=Path, default=SERIES)
+    p_try = sub.add_parser("try-patches", help="try the patch series on another llama.cpp tree, changing nothing")
+    p_try.add_argument("tree", type=Path, help="the root of a llama.cpp tree (with ggml/ and common/)")
+    p_try.add_argument("--series", type=Path, default=SERIES)
 
     p_build = sub.add_parser("build", help="build llama.cpp's static libraries")
     p_build.add_argument("--cmake", default="cmake")
@@ -246,8 +435,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "fetch":
         fetch(args.dest)
     elif args.command == "facts":
+        series_files = [SERIES] + [p.path for p in _series(SERIES)]
         print(f"directory={SDIST_DIRECTORY}\ncommit={PINNED_COMMIT}\n"
-              f"libraries={','.join(libraries(args.rpc == 'true'))}")
+              f"libraries={','.join(libraries(args.rpc == 'true'))}\n"
+              f"series_files={','.join(os.path.relpath(f, ROOT) for f in series_files)}")
+    elif args.command == "patch":
+        patch_pinned(series=args.series)
+    elif args.command == "try-patches":
+        sys.exit(try_patches(args.tree, args.series))
     else:
         build(args.cmake, args.source, args.build_dir, args.out_dir, args.native == "true", args.build_type,
               args.jobs, tuple(args.targets or ("llama-common",)), args.examples, args.amx == "true",

@@ -90,6 +90,18 @@ def test_print_stats_logs_to_the_eagle3_logger(spec_setup, caplog):
     assert any("draft calls" in r.getMessage() for r in caplog.records if r.name == "eagle3")
 
 
+def test_common_logs_reach_python_logging(spec_setup, caplog, capfd):
+    # llama.cpp's own statistics line comes from common/, whose log reaches Python
+    # through the patch common-log-callback (without it: the console)
+    _, _, session = spec_setup
+    with caplog.at_level(logging.INFO, logger="eagle3"):
+        session.print_stats()
+    assert any("statistics" in r.getMessage() and "#calls" in r.getMessage() for r in caplog.records
+               if r.name == "eagle3")
+    out, err = capfd.readouterr()
+    assert "#calls" not in out + err
+
+
 def test_llama_cpp_messages_reach_python_logging(tiny_pair, caplog):
     with caplog.at_level(logging.DEBUG, logger="eagle3"):
         eagle3.Model(tiny_pair[0]).close()

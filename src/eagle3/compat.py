@@ -123,11 +123,18 @@ def _read_tensor(h: _Header, name: str, dtype) -> np.ndarray:
 
 # Architectures (of those eagle3 drafts for, and its own) whose graph gives every layer
 # layer 0's head counts, needs key and value heads of one size, or always has experts, and
-# those with sliding-window layers; read from their src/models/*.cpp.
-_LAYER0_SHAPED = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "minimax-m2", "gpt-oss", "eagle3"})
-_K_IS_V = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "minimax-m2", "gemma4", "eagle3"})
+# those whose sliding-window layouts are checked; read from their src/models/*.cpp
+# (tests/test_pinned_facts.py derives each again from the pinned source).
+_LAYER0_SHAPED = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "minimax-m2", "gpt-oss", "hunyuan_vl", "nanbeige",
+                            "muse-glimmer", "eagle3"})
+_K_IS_V = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "minimax-m2", "gemma4", "hunyuan_vl", "nanbeige",
+                     "muse-glimmer", "eagle3"})
 _ALWAYS_EXPERTS = frozenset({"gpt-oss", "minimax-m2"})
 _SWA_ARCHS = frozenset({"gpt-oss", "gemma4"})
+# The loader reads an expert_count of 0 or 1 as a dense model for these (load_hparams).
+_DENSE_WITH_ONE_EXPERT = frozenset({"hunyuan_vl", "hunyuan-dense"})
+# llama_expert_gating_func_type's values other than NONE (src/llama-hparams.h).
+_GATING_FUNCS = (1, 2, 3, 4)
 
 # The architectures whose graph (src/models/*.cpp) asserts that rope rotates the whole head,
 # n_rot == n_embd_head; the loader itself checks it only for llama, deci and falcon
@@ -141,7 +148,7 @@ ROPE_IS_WHOLE_HEAD = frozenset({
     "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "rnd1", "seed_oss", "smallthinker", "smollm3", "starcoder2",
     "talkie", "xverse",
 })
-_ROPE_ARCHS = ROPE_IS_WHOLE_HEAD | {"minimax-m2", "gemma4", "gpt-oss", "eagle3"}
+_ROPE_ARCHS = ROPE_IS_WHOLE_HEAD | {"minimax-m2", "gemma4", "gpt-oss", "mimo2", "nanbeige", "muse-glimmer", "eagle3"}
 
 
 def _block_count(h: _Header) -> Iterator[str]:
@@ -168,7 +175,7 @@ def _unique_tokens(h: _Header) -> Iterator[str]:
 
 def _experts(h: _Header) -> Iterator[str]:
     # llama.cpp asserts these (load_hparams) for every architecture
-    if h.arch in ("hunyuan_vl", "hunyuan-dense") and (_int(h.key("expert_count")) or 0) <= 1:
+    if h.arch in _DENSE_WITH_ONE_EXPERT and (_int(h.key("expert_count")) or 0) <= 1:
         return  # it treats these as dense
     n_expert = _int(h.key("expert_count")) or 0
     per_layer = _per_layer(h, "expert_used_count")
@@ -294,7 +301,7 @@ def _sliding_window(h: _Header) -> Iterator[str]:
 
 
 def _gating(h: _Header) -> Iterator[str]:
-    if h.arch == "minimax-m2" and _int(h.key("expert_gating_func")) not in (1, 2, 3, 4):
+    if h.arch == "minimax-m2" and _int(h.key("expert_gating_func")) not in _GATING_FUNCS:
         yield (f"minimax-m2.expert_gating_func = {h.key('expert_gating_func')}: it must be 1 (softmax), "
                "2 (sigmoid), 3 or 4")
 
@@ -512,7 +519,7 @@ def draft_tensor_shapes(d: _Header) -> dict[str, tuple[tuple[int, ...], bool]]:
         "blk.0.ffn_down.weight": ((f, e), True),
         "blk.0.attn_q_norm.weight": ((k_len,), False),  # (a Qwen3 layer's per-head norms)
         "blk.0.attn_k_norm.weight": ((k_len,), False),
-        "blk.0.rope_freqs.weight": ((n_rot // 2,), False),
+        "rope_freqs.weight": ((n_rot // 2,), False),  # (one for all layers, as llama.cpp names it)
         "output.weight": ((e, n_out), False),
         "token_embd.weight": ((e, d.n_vocab()), False),
         "d2t": ((n_out,), False),
