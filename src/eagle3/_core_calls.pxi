@@ -77,10 +77,11 @@ cdef class _Call:
 
     ``_Call.begin(contexts, cancellable)`` before it: older llama.cpp log lines are
     forgotten (they do not explain this call) and, for a call that runs graphs
-    (``cancellable``), Ctrl-C sets the first context's cancel flag. The call fills ``err``. ``end(rc)`` after it (and after the caller's own
-    bookkeeping): Ctrl-C's KeyboardInterrupt, then a failed remote server of the contexts'
-    models (it explains a failure best, and may have caused none), then a negative ``rc``
-    as the exception its e3_status maps to (``_STATUS_ERRORS``)."""
+    (``cancellable``), Ctrl-C sets the first context's cancel flag. The call fills
+    ``err``. ``end(rc)`` after it (and after the caller's own bookkeeping): Ctrl-C's
+    KeyboardInterrupt, then a failed remote server of the contexts' models (it explains a
+    failure best, and may have caused none), then a negative ``rc`` as the exception its
+    e3_status maps to (``_STATUS_ERRORS``)."""
     cdef e3_error err
     cdef tuple contexts
     cdef _SigintWatch watch
