@@ -431,8 +431,8 @@ static int check_logit_bias(const e3_engine * e, const e3_sampling & s, e3_error
 
 static int check_request(const e3_engine * e, const e3_request & r, e3_error * err) {
     if (r.n_seq <= 0 || r.n_seq > e->n_seq_limit || !r.seq_ids || !r.prompts || !r.n_prompt || !r.out) {
-        return fail(err, E3_ERR_ARG, "a generation needs 1..%d prompts (the %s's sequences)", (int) e->n_seq_limit,
-                    e->spec ? "session" : "context");
+        return fail(err, E3_ERR_ARG, "%d prompts; a generation takes 1 to %d (the %s)", (int) r.n_seq,
+                    (int) e->n_seq_limit, e->spec ? "session's n_seq" : "context's n_seq_max");
     }
     if (!e->spec && r.n_seq > e->n_batch) {
         return fail(err, E3_ERR_ARG, "%d sequences do not fit one batch (n_batch = %d)", (int) r.n_seq,
