@@ -37,6 +37,16 @@ def test_generate_text_output(chain_pair):
     assert result.stdout.startswith("abc") and "acceptance" in result.stderr and "tau" in result.stderr
 
 
+def test_generate_says_when_auto_decoded_plainly(tiny_pair, capsys):
+    target, draft = tiny_pair  # drafts are almost never accepted
+    assert main(["generate", "abc", "-n", "40", "--target", str(target), "--draft", str(draft)]) == 0
+    err = capsys.readouterr().err
+    assert "n_draft_max=auto decoded" in err and "rounds plainly" in err
+    assert main(["generate", "abc", "-n", "40", "--target", str(target), "--draft", str(draft),
+                 "--n-draft-max", "4"]) == 0
+    assert "plainly" not in capsys.readouterr().err
+
+
 def test_bench_table_and_plot(chain_pair, tmp_path):
     pytest.importorskip("matplotlib")
     target, draft = chain_pair

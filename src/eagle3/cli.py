@@ -242,6 +242,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"\n--- {st.n_generated} tokens in {st.t_total_s:.2f} s ({st.tokens_per_s:.1f} tokens/s), {loaded.label} "
               f"n_draft_max={n_draft}: acceptance {st.acceptance_rate:.1%}, tau {st.mean_accepted_length:.2f} "
               f"tokens per target pass ({g.finish_reason})", file=sys.stderr)
+        if st.n_plain_rounds:
+            print(f"--- n_draft_max=auto decoded {st.n_plain_rounds} of {st.n_seq_rounds} rounds plainly: "
+                  f"{st.n_accepted} of the {st.n_drafted} tokens it drafted first were accepted, "
+                  f"too few for drafting to pay", file=sys.stderr)
         if args.compare:
             plain = result["plain"]
             print(f"--- plain decoding: {plain['tokens_per_s']:.1f} tokens/s; speedup {result['speedup']:.2f}x; "
