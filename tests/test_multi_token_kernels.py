@@ -81,7 +81,7 @@ def test_a_512_token_pass_gives_each_token_its_one_token_logits(shape_files, fil
 # Types with a multi-token kernel on this build's CPU path: whether ggml repacks
 # them (a repacked matrix needs rows in groups of 8), and how many tokens share
 # one load of a row.
-MULTI_TOKEN_TYPES = {"q4_0": (True, 4), "q4_k": (True, 4), "iq4_nl": (True, 4), "q4_1": (False, 4),
+MULTI_TOKEN_TYPES = {"q4_0": (True, 4), "q4_k": (True, 4), "iq4_nl": (True, 4), "q4_1": (False, 4), "q8_0": (False, 4),
                      "q5_0": (False, 4), "q5_1": (False, 4), "q2_k": (False, 4), "q3_k": (False, 4),
                      "q5_k": (False, 4), "q6_k": (False, 4), "iq4_xs": (False, 4), "f16": (False, 3),
                      "bf16": (False, 3), "f32": (False, 3)}
@@ -108,7 +108,7 @@ def _multi_token_rows(model) -> dict[int, int]:
 @exact
 @pytest.mark.skipif(eagle3.multi_token_counts() is None, reason="this build has no multi-token kernels")
 @pytest.mark.parametrize("file_type", ["Q4_K_M", "Q5_K_M", "Q4_1", "Q5_0", "Q6_K", "Q4_0", "IQ4_NL", "F16", "F32",
-                                       "Q2_K", "Q3_K_S", "Q3_K_M", "Q5_1", "IQ4_XS", "BF16"])
+                                       "Q2_K", "Q3_K_S", "Q3_K_M", "Q5_1", "IQ4_XS", "BF16", "Q8_0"])
 def test_a_pass_of_k_tokens_loads_each_weight_row_once_per_group_of_tokens(shape_files, file_type):
     if file_type == "BF16" and "bf16" not in MULTI_TOKEN_TYPES:
         pytest.skip("bf16 has no multi-token kernel on AVX-512 builds")
