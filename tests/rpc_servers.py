@@ -65,9 +65,11 @@ class RpcServer:
             self.process.kill()
         self.process.wait()
 
-    def interrupt(self, timeout: float = 30) -> int:
-        """Ctrl-C: returns the exit code."""
-        self.process.send_signal(signal.SIGINT)
+    def interrupt(self, timeout: float = 30, presses: int = 1) -> int:
+        """Ctrl-C, pressed ``presses`` times: returns the exit code."""
+        for _ in range(presses):
+            self.process.send_signal(signal.SIGINT)
+            time.sleep(0.01)
         return self.process.wait(timeout)
 
     def __enter__(self) -> RpcServer:

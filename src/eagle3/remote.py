@@ -73,6 +73,35 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _start_undisturbed(thread: threading.Thread) -> None:
+    """thread.start() with Ctrl-C and SIGTERM held back until it has returned, so
+    that they arrive where the caller handles them, never halfway through it."""
+    if not hasattr(signal, "pthread_sigmask"):
+        thread.start()
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _stop(ended: threading.Event) -> None:
+    """Stops the server and waits until it has returned (the process must not exit
+    while it computes). The stop is repeated: one that comes before the server has
+    begun listening is undone when it begins. A second Ctrl-C changes nothing."""
+    while True:
+        try:
+            _core.rpc_stop()
+            if ended.wait(0.1):
+                return
+        except KeyboardInterrupt:
+            pass
+
+
 def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, threads: int | None = None,
           cache_dir: str | os.PathLike | None = None, allow_remote: bool = False,
           log: TextIO | None = None) -> None:
@@ -102,12 +131,17 @@ def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, threads: int | N
         os.makedirs(cache_dir, exist_ok=True)
 
     failure: list[BaseException] = []
+    # (set when rpc_serve has returned; Thread.join and is_alive are no witness
+    # of that: a Ctrl-C that interrupts join marks the thread ended while it runs)
+    ended = threading.Event()
 
     def run() -> None:
         try:
             _core.rpc_serve(address, None if cache_dir is None else os.fspath(cache_dir), threads)
         except BaseException as e:  # noqa: BLE001 (handed to the waiting thread)
             failure.append(e)
+        finally:
+            ended.set()
 
     # The server blocks in C; it runs on a thread of its own so that this one
     # stays in Python, where Ctrl-C arrives, and stops it.
@@ -115,13 +149,12 @@ def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, threads: int | N
     on_main = threading.current_thread() is threading.main_thread()
     if on_main:  # a service manager's stop is Ctrl-C's
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    server.start()
+    _start_undisturbed(server)
     try:
-        while server.is_alive():
-            server.join(0.25)
+        while not ended.wait(0.25):
+            pass
     except KeyboardInterrupt:
-        _core.rpc_stop()
-        server.join()
+        _stop(ended)
         print("eagle3 rpc-server: stopped", file=log, flush=True)
         return
     finally:
