@@ -85,11 +85,15 @@ MULTI_TOKEN_TYPES = {"q4_0": (True, 4), "q4_k": (True, 4), "iq4_nl": (True, 4), 
                      "q5_0": (False, 4), "q5_1": (False, 4), "q2_k": (False, 4), "q3_k": (False, 4),
                      "q5_k": (False, 4), "q6_k": (False, 4), "iq4_xs": (False, 4), "f16": (False, 3),
                      "bf16": (False, 3), "f32": (False, 3)}
-# With AVX-512, ggml repacks q2_K (a layout without a multi-token gemv) and bf16
-# keeps tinyBLAS (vec_dot_bf16, whose chains the kernel follows, has another
-# branch there).
+# With AVX-512, ggml repacks q2_K (a layout without a multi-token gemv), and bf16
+# follows vec_dot_bf16's AVX512-BF16 branch (four bf16 tokens a load) or, without
+# AVX512-BF16, keeps tinyBLAS.
 if "AVX512 = 1" in eagle3.system_info():
-    del MULTI_TOKEN_TYPES["q2_k"], MULTI_TOKEN_TYPES["bf16"]
+    del MULTI_TOKEN_TYPES["q2_k"]
+    if "AVX512_BF16 = 1" in eagle3.system_info():
+        MULTI_TOKEN_TYPES["bf16"] = (False, 4)
+    else:
+        del MULTI_TOKEN_TYPES["bf16"]
 
 
 def _multi_token_rows(model) -> dict[int, int]:
@@ -111,7 +115,7 @@ def _multi_token_rows(model) -> dict[int, int]:
                                        "Q2_K", "Q3_K_S", "Q3_K_M", "Q5_1", "IQ4_XS", "BF16", "Q8_0"])
 def test_a_pass_of_k_tokens_loads_each_weight_row_once_per_group_of_tokens(shape_files, file_type):
     if file_type == "BF16" and "bf16" not in MULTI_TOKEN_TYPES:
-        pytest.skip("bf16 has no multi-token kernel on AVX-512 builds")
+        pytest.skip("bf16 has no multi-token kernel on AVX-512 builds without AVX512-BF16")
     with eagle3.Model(_quantized(shape_files, "1536", file_type)) as model, \
             eagle3.Context(model, n_ctx=256, n_batch=64, n_threads=2) as ctx:
         rows = _multi_token_rows(model)
