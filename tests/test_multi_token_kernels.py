@@ -85,11 +85,9 @@ MULTI_TOKEN_TYPES = {"q4_0": (True, 4), "q4_k": (True, 4), "iq4_nl": (True, 4), 
                      "q5_0": (False, 4), "q5_1": (False, 4), "q2_k": (False, 4), "q3_k": (False, 4),
                      "q5_k": (False, 4), "q6_k": (False, 4), "iq4_xs": (False, 4), "f16": (False, 3),
                      "bf16": (False, 3), "f32": (False, 3)}
-# With AVX-512, ggml repacks q2_K (a layout without a multi-token gemv), and bf16
-# follows vec_dot_bf16's AVX512-BF16 branch (four bf16 tokens a load) or, without
-# AVX512-BF16, keeps tinyBLAS.
+# With AVX-512, bf16 follows vec_dot_bf16's AVX512-BF16 branch (four bf16 tokens
+# a load) or, without AVX512-BF16, keeps tinyBLAS.
 if "AVX512 = 1" in eagle3.system_info():
-    del MULTI_TOKEN_TYPES["q2_k"]
     if "AVX512_BF16 = 1" in eagle3.system_info():
         MULTI_TOKEN_TYPES["bf16"] = (False, 4)
     else:
