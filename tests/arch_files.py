@@ -22,7 +22,7 @@ def ones(*ne):
 def write(path, arch, p):
     """Write a tiny ``arch`` model. ``p``: E (width), L (layers), H, HKV (int or per layer), DK, DV
     (head sizes), DKS (gemma4's sliding head size), ROT, FF, V (vocabulary), NEXP, NUSED, FFEXP
-    (experts), extra_kv {key suffix: (value, type[, sub type])}, drop_kv [key suffix],
+    (experts), SINKS (gpt-oss's per head, default ones), extra_kv {key suffix: (value, type[, sub type])}, drop_kv [key suffix],
     tensor_type {tensor name: numpy dtype}."""
     E, L, H, V = p.get("E", 64), p.get("L", 2), p.get("H", 4), p.get("V", 64)
     HKV = p.get("HKV", 2)
@@ -74,7 +74,8 @@ def write(path, arch, p):
             t |= {b + "attn_norm.weight": ones(E), b + "post_attention_norm.weight": ones(E),
                   b + "attn_q.weight": W(E, H * ROT), b + "attn_k.weight": W(E, hkv0 * ROT),
                   b + "attn_v.weight": W(E, hkv0 * ROT), b + "attn_output.weight": W(H * ROT, E),
-                  b + "attn_sinks.weight": ones(H), b + "attn_output.bias": ones(E)}
+                  b + "attn_sinks.weight": np.asarray(p.get("SINKS", ones(H)), np.float32),
+                  b + "attn_output.bias": ones(E)}
         else:
             nkv = hkv0 if arch != "gemma4" else hkv
             t |= {b + "attn_norm.weight": ones(E), b + "attn_q.weight": W(E, dk * H),

@@ -74,6 +74,35 @@ def test_a_well_formed_file_of_each_architecture_decodes(tmp_path, arch, flash_a
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+# grouped-query attention, 4 query heads per K/V head; gpt-oss's sinks differ per head
+GROUPED_HEADS = {"llama": {"H": 8, "HKV": 2},
+                 "gpt-oss": {**GPT_OSS, "H": 8, "HKV": 2, "SINKS": [-2.0, -1.0, 0.0, 1.0, 2.5, 0.5, -0.5, 1.5]}}
+
+
+@pytest.mark.parametrize("arch", sorted(GROUPED_HEADS))
+def test_flash_attention_keeps_each_query_head_its_own_in_shared_tiles(tmp_path, arch):
+    """Flash attention's tiles take the rows of all the query heads that read one K/V
+    head: each row keeps its head's sink and mask, so the logits are close to those
+    without flash attention, and a pass of k tokens gives each token its one-token
+    logits bit for bit."""
+    import eagle3
+
+    path = tmp_path / f"{arch}.gguf"
+    write(path, arch, GROUPED_HEADS[arch])
+    tokens = np.random.default_rng(3).integers(0, 64, 40).astype(np.int32)
+    with eagle3.Model(path) as model:
+        logits = {}
+        for flash_attn in (False, True):
+            with eagle3.Context(model, n_ctx=128, flash_attn=flash_attn) as ctx:
+                ctx.decode(eagle3.Batch.from_tokens(tokens, output="all"))
+                logits[flash_attn] = np.stack([ctx.logits(i) for i in range(len(tokens))])
+        np.testing.assert_allclose(logits[True], logits[False], rtol=1e-3, atol=1e-3 * np.abs(logits[False]).max())
+        with eagle3.Context(model, n_ctx=128, flash_attn=True) as alone:
+            for i, token in enumerate(tokens):
+                alone.decode(eagle3.Batch.from_tokens([token], pos0=i))
+                np.testing.assert_array_equal(alone.logits(0), logits[True][i], err_msg=f"token {i}")
+
+
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_values_that_would_abort_are_refused_at_load(tmp_path, case):
     arch, params, words = REFUSED[case]
