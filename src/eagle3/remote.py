@@ -149,8 +149,9 @@ def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, threads: int | N
     on_main = threading.current_thread() is threading.main_thread()
     if on_main:  # a service manager's stop is Ctrl-C's
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    _start_undisturbed(server)
     try:
+        # (a Ctrl-C held back during start arrives as start returns: here, inside the try)
+        _start_undisturbed(server)
         while not ended.wait(0.25):
             pass
     except KeyboardInterrupt:
