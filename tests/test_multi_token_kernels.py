@@ -1,9 +1,9 @@
 """The multi-token kernels: a pass over k tokens loads each weight row once for
-up to four tokens (three for f16, bf16 and f32) instead of once per token, and every
-token still gets bit for bit the logits it gets decoded alone, on the shapes
-real models have: widths of 576 (rows that K-quants cannot hold, where the
-quantizer falls back to q5_0/q8_0), 896 and 1536, tied embeddings, and the
-quantizer's mixes."""
+up to four tokens (three for f16, f32 and, without AVX512-BF16, bf16) instead of
+once per token, and every token still gets bit for bit the logits it gets decoded
+alone, on the shapes real models have: widths of 576 (rows that K-quants cannot
+hold, where the quantizer falls back to q5_0/q8_0), 896 and 1536, tied embeddings,
+and the quantizer's mixes."""
 
 from __future__ import annotations
 
