@@ -22,8 +22,8 @@ def ones(*ne):
 def write(path, arch, p):
     """Write a tiny ``arch`` model. ``p``: E (width), L (layers), H, HKV (int or per layer), DK, DV
     (head sizes), DKS (gemma4's sliding head size), ROT, FF, V (vocabulary), NEXP, NUSED, FFEXP
-    (experts), SINKS (gpt-oss's per head, default ones), extra_kv {key suffix: (value, type[, sub type])}, drop_kv [key suffix],
-    tensor_type {tensor name: numpy dtype}."""
+    (experts), SINKS (gpt-oss's, one per head; default ones), extra_kv {key suffix: (value,
+    type[, sub type])}, drop_kv [key suffix], tensor_type {tensor name: numpy dtype}."""
     E, L, H, V = p.get("E", 64), p.get("L", 2), p.get("H", 4), p.get("V", 64)
     HKV = p.get("HKV", 2)
     hkv0 = HKV[0] if isinstance(HKV, list) else HKV

@@ -331,7 +331,7 @@ def test_ctrl_c_or_sigterm_stops_the_server_cleanly(stop):
 def test_ctrl_c_stops_a_server_with_a_client(pair_paths, presses):
     """While it serves a generating client: the server exits 0, the client gets a
     RemoteError. Pressed twice, the second press may end the process once the server
-    has stopped (as Ctrl-C does), but never while a graph computes (it crashed)."""
+    has stopped (as Ctrl-C does); it must not crash it."""
     server = RpcServer()
 
     def stop_it():
