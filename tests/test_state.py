@@ -187,6 +187,54 @@ def test_calls_that_change_the_caches_turn_reuse_off(make):
     assert s.generate(full, 8).stats.n_reused == 0
 
 
+@pytest.mark.parametrize("sampling", list(SAMPLING))
+def test_plain_decoding_on_a_context_reuses_its_prefix_too(kind_models, sampling):
+    target = kind_models["eagle3"][0]
+    kw = SAMPLING[sampling]
+    with eagle3.Context(target, n_ctx=512, n_seq_max=2) as ctx, eagle3.Context(target, n_ctx=512) as ref_ctx:
+        def fresh(prompt, n):
+            ref_ctx.clear()  # a cache that holds nothing
+            g = ref_ctx.generate(prompt, n, **kw)
+            assert g.stats.n_reused == 0
+            return g.tokens
+
+        prompt = _prompt(target.n_vocab, 11, seed=12)
+        first = ctx.generate(prompt, 9, **kw)
+        assert first.stats.n_reused == 0
+        full = np.concatenate([prompt, first.tokens])
+        went_on = ctx.generate(full, 12, **kw)
+        assert went_on.stats.n_reused == len(full) - 1
+        np.testing.assert_array_equal(went_on.tokens, fresh(full, 12))
+        # a prompt that leaves the held tokens keeps their common prefix
+        other = np.concatenate([full[:7], [3, 1, 4]]).astype(np.int32)
+        g = ctx.generate(other, 6, **kw)
+        assert g.stats.n_reused == 7
+        np.testing.assert_array_equal(g.tokens, fresh(other, 6))
+        # a call that changes the cache turns reuse off; reuse=False decodes whole
+        ctx.seq_rm(0, 2, -1)
+        again = ctx.generate(other, 6, **kw)
+        assert again.stats.n_reused == 0
+        np.testing.assert_array_equal(again.tokens, g.tokens)
+        assert ctx.generate(other, 6, reuse=False, **kw).stats.n_reused == 0
+        # a batch after a single prompt: sequence 0 goes on, sequence 1 starts afresh
+        more = np.concatenate([other, again.tokens]).astype(np.int32)
+        new = _prompt(target.n_vocab, 8, seed=14)
+        b = ctx.generate_batch([more, new], 5, **kw)
+        assert [x.stats.n_reused for x in b] == [len(more) - 1, 0]
+        for p, x in zip((more, new), b):
+            np.testing.assert_array_equal(x.tokens, fresh(p, 5))
+
+
+def test_a_session_and_plain_decoding_on_one_context_do_not_reuse_each_others_caches(make):
+    s = make()
+    prompt = _prompt(s.target.model.n_vocab, 10, seed=13)
+    full = np.concatenate([prompt, s.target.generate(prompt, 6).tokens])
+    g = s.generate(full, 8)
+    assert g.stats.n_reused == 0  # the session did not see what plain decoding left
+    np.testing.assert_array_equal(g.tokens, _fresh(make, full, 8).tokens)
+    assert s.target.generate(full, 4).stats.n_reused == 0  # nor plain decoding what the session left
+
+
 # -- saved states ---------------------------------------------------------------
 
 @pytest.mark.parametrize("sampling", list(SAMPLING))

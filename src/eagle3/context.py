@@ -107,6 +107,7 @@ class Context(Resource):
     """
 
     _kind = "context"
+    _plain: tuple[_core.ContextHandle, _core.Pair] | None = None  # see _plain_pair
 
     def __init__(self, model: Model, n_ctx: int | None = None, n_batch: int | None = None,
                  n_ubatch: int | None = None, n_seq_max: int | None = None, ctx_type: str = "default",
@@ -293,7 +294,9 @@ class Context(Resource):
 
     def generate(self, prompt, max_new_tokens: int = 128, sampling=None, **kwargs) -> generation.Generation:
         """Plain decoding (no speculation) with the sampler of ``Eagle3Session.generate``,
-        one token per target pass, in C without the GIL. Arguments as there (no ``n_draft_max``)."""
+        one token per target pass, in C without the GIL. Arguments as there (no ``n_draft_max``),
+        prefix reuse included: the prefix of ``prompt`` that this context holds from its last
+        plain generation is kept, unless another call changed the cache since."""
         return self.generate_batch([prompt], max_new_tokens, sampling, **kwargs)[0]
 
     def generate_batch(self, prompts, max_new_tokens: int = 128, sampling=None,
@@ -304,7 +307,19 @@ class Context(Resource):
         s = generation.settings(max_new_tokens, sampling, n_draft_max=None, **kwargs)
         prompts = [generation.prompt_tokens(self.model, p) for p in prompts]
         with self._lock:
-            return generation.run(_core.Pair(self._live()), self.model, prompts, s)
+            return generation.run(self._plain_pair(), self.model, prompts, s)
+
+    def _plain_pair(self) -> _core.Pair:
+        """The pair plain generations run on: one per context, so that it knows what the
+        cache holds after its last generation (a fresh pair would decode every prompt whole)."""
+        handle = self._live()
+        if self._plain is None or self._plain[0] is not handle:
+            self._plain = (handle, _core.Pair(handle))
+        return self._plain[1]
+
+    def close(self) -> None:
+        super().close()
+        self._plain = None  # the pair holds the llama.cpp context: let it go now
 
     def __repr__(self) -> str:
         if self.closed:
