@@ -98,6 +98,11 @@ def test_the_shipped_head_fits_smollm2():
 def test_held_out_chat_prompts_are_not_training_prompts():
     from eagle3.train import default_prompts
 
-    train = set(default_prompts())
-    assert len(train) == 500
+    prompts = default_prompts()
+    train = set(prompts)
+    assert len(train) == len(prompts) >= 3000
     assert not train & set(shipped.held_out_chat_prompts())
+    # interleaved: a run with a small token budget still sees every subject and instruction
+    first = " ".join(prompts[:400])
+    assert all(subject in first for subject in ("photosynthesis", "patience", "cooking pasta"))
+    assert all(start in first for start in ("Explain ", "Which words should I know"))

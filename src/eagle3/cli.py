@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="target model GGUF")
     p.add_argument("-o", "--out", required=True, help="the head GGUF to write")
     p.add_argument("--prompts", metavar="FILE", help="a JSON list of prompts, or one prompt per line (default: "
-                                                    "eagle3's own 500 chat prompts)")
+                                                    "eagle3's own chat prompts)")
     p.add_argument("--tokens", type=_positive, default=100_000, help="answer tokens to distil (default 100000)")
     p.add_argument("--max-new-tokens", type=_positive, default=256, help="longest answer (default 256)")
     p.add_argument("--temperature", type=float, default=0.0, help="answers' sampling temperature (default 0: greedy)")
