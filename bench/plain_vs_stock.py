@@ -59,7 +59,20 @@ def eagle3_decode(model: eagle3.Model, threads: int, first: int) -> float:
         ctx.generate([first], 8)  # warm-up, as llama-bench's
         ctx.clear()
         g = ctx.generate([first], N_GEN + 1)  # the prompt's own pass gives the first token
+        if g.stats.n_generated != N_GEN + 1:
+            raise SystemExit(f"decoding from token {first} stopped after {g.stats.n_generated} tokens")
         return N_GEN / (g.stats.t_total_s - g.stats.t_prefill_s)
+
+
+def runs_to_the_end(model: eagle3.Model, candidates: np.ndarray) -> int:
+    """A first token whose greedy continuation meets no end-of-generation token within
+    N_GEN tokens: llama-bench decodes N_GEN tokens whatever they are, so eagle3 must too."""
+    with eagle3.Context(model, n_ctx=N_GEN + 8, n_threads=1) as ctx:
+        for token in candidates[:64]:
+            ctx.clear()
+            if ctx.generate([int(token)], N_GEN + 1, reuse=False).stats.n_generated == N_GEN + 1:
+                return int(token)
+    raise SystemExit("every first token tried led to an end-of-generation token early")
 
 
 def main() -> None:
@@ -73,12 +86,13 @@ def main() -> None:
     rng = np.random.default_rng(0)
     with eagle3.Model(model_path) as model:
         tokens = rng.integers(0, model.n_vocab, N_PROMPT).astype(np.int32)
+        first = runs_to_the_end(model, tokens)
         rows = []
         for name, stock, ours in (
                 (f"prompt ({N_PROMPT} tokens)", lambda: llama_bench(binary, model_path, args.threads, N_PROMPT, 0),
                  lambda: eagle3_prompt(model, args.threads, tokens)),
                 (f"decode ({N_GEN} tokens)", lambda: llama_bench(binary, model_path, args.threads, 0, N_GEN),
-                 lambda: eagle3_decode(model, args.threads, int(tokens[0])))):
+                 lambda: eagle3_decode(model, args.threads, first))):
             theirs, mine = [], []
             for _ in range(args.runs):
                 theirs.append(stock())
