@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,8 @@ def _progress(message: str) -> None:
 
 
 # --drafter: what drafts, and whether it takes a --draft model
+COMPARE_RUNS = 3  # generate --compare: timed runs of each, alternated
+
 DRAFTERS = {"eagle3": True, "mtp": False, "draft": True,
             **{f"ngram-{m}": False for m in ("simple", "map-k", "map-k4v", "mod", "cache")}, "ngram": False}
 
@@ -224,18 +227,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                   "finish_reason": g.finish_reason, "n_draft_max": n_draft, "stats": st.as_dict()}
         if args.compare:
             loaded.plain.generate(prompt, 8, params)  # warm the plain path too
-            t0 = time.perf_counter()
-            plain = loaded.plain.generate(prompt, args.n_predict, params)
-            plain_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            g = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft, sampling=params)
-            spec_s = time.perf_counter() - t0
-            st = g.stats
-            result["stats"] = st.as_dict()
-            result["plain"] = {"tokens_per_s": plain.stats.n_generated / plain_s, "seconds": plain_s,
-                               "identical": plain.tokens.tolist() == g.tokens.tolist()}
-            result["speculative_seconds"] = spec_s
-            result["speedup"] = plain_s / spec_s
+            plain_s, spec_s = [], []
+            # alternately, so that the machine's drift falls on both; each decodes the whole
+            # prompt (reuse=False), as a fresh question would
+            for _ in range(COMPARE_RUNS):
+                t0 = time.perf_counter()
+                plain = loaded.plain.generate(prompt, args.n_predict, params, reuse=False)
+                plain_s.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                timed = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft, sampling=params,
+                                                reuse=False)
+                spec_s.append(time.perf_counter() - t0)
+            plain_median, spec_median = statistics.median(plain_s), statistics.median(spec_s)
+            result["plain"] = {"tokens_per_s": plain.stats.n_generated / plain_median, "seconds": plain_median,
+                               "identical": plain.tokens.tolist() == timed.tokens.tolist()}
+            result["speculative_seconds"] = spec_median
+            result["speedup"] = plain_median / spec_median
         if args.json:
             print(json.dumps(_jsonable(result), default=_jsonable, indent=2))
             return 0
@@ -248,8 +255,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                   f"too few for drafting to pay", file=sys.stderr)
         if args.compare:
             plain = result["plain"]
-            print(f"--- plain decoding: {plain['tokens_per_s']:.1f} tokens/s; speedup {result['speedup']:.2f}x; "
-                  f"identical output: {'yes' if plain['identical'] else 'no (sampling)'}", file=sys.stderr)
+            print(f"--- plain decoding: {plain['tokens_per_s']:.1f} tokens/s; speedup {result['speedup']:.2f}x "
+                  f"(medians of {COMPARE_RUNS} runs each, alternated); identical output: "
+                  f"{'yes' if plain['identical'] else 'no (sampling)'}", file=sys.stderr)
         return 0
     finally:
         loaded.close()
@@ -277,14 +285,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plain_s, plain_tokens = 0.0, 0
         spec_s = {n: 0.0 for n in drafts}
         stats = {}
-        for i, prompt in enumerate(prompts):  # plain and each draft length in turn, on the same machine state
+        # plain and each draft length in turn, on the same machine state; every timed call
+        # decodes its whole prompt (reuse=False), so none gains from what an earlier one left
+        for i, prompt in enumerate(prompts):
             loaded.plain.generate(prompt, 4)
             t0 = time.perf_counter()
-            plain_tokens += loaded.plain.generate(prompt, args.n_predict).stats.n_generated
+            plain_tokens += loaded.plain.generate(prompt, args.n_predict, reuse=False).stats.n_generated
             plain_s += time.perf_counter() - t0
             for n_draft in drafts:
                 t0 = time.perf_counter()
-                g = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft)
+                g = loaded.session.generate(prompt, args.n_predict, n_draft_max=n_draft, reuse=False)
                 spec_s[n_draft] += time.perf_counter() - t0
                 stats[n_draft] = g.stats if n_draft not in stats else stats[n_draft] + g.stats
             _progress(f"\r[{'#' * (30 * (i + 1) // len(prompts)):<30}] {i + 1}/{len(prompts)} prompts")
