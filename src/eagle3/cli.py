@@ -54,9 +54,9 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-# --drafter: what drafts, and whether it takes a --draft model
 COMPARE_RUNS = 3  # generate --compare: timed runs of each, alternated
 
+# --drafter: what drafts, and whether it takes a --draft model
 DRAFTERS = {"eagle3": True, "mtp": False, "draft": True,
             **{f"ngram-{m}": False for m in ("simple", "map-k", "map-k4v", "mod", "cache")}, "ngram": False}
 

@@ -107,7 +107,7 @@ class Context(Resource):
     """
 
     _kind = "context"
-    _plain: tuple[_core.ContextHandle, _core.Pair] | None = None  # see _plain_pair
+    _plain: _core.Pair | None = None  # see _plain_pair
 
     def __init__(self, model: Model, n_ctx: int | None = None, n_batch: int | None = None,
                  n_ubatch: int | None = None, n_seq_max: int | None = None, ctx_type: str = "default",
@@ -312,10 +312,9 @@ class Context(Resource):
     def _plain_pair(self) -> _core.Pair:
         """The pair plain generations run on: one per context, so that it knows what the
         cache holds after its last generation (a fresh pair would decode every prompt whole)."""
-        handle = self._live()
-        if self._plain is None or self._plain[0] is not handle:
-            self._plain = (handle, _core.Pair(handle))
-        return self._plain[1]
+        if self._plain is None:
+            self._plain = _core.Pair(self._live())
+        return self._plain
 
     def close(self) -> None:
         super().close()
