@@ -2,8 +2,8 @@
 
     python bench/round_profile.py [--target T.gguf --draft D.gguf] [--n-draft 2 4 8] [--prompts 8]
 
-For each draft length, generates greedily on held-out prompts (the shipped
-pair's by default) and splits the decode rounds into the engine's own timers:
+For each draft length, generates greedily on the toy pair's held-out code
+prompts (the toy pair by default) and splits the decode rounds into the engine's own timers:
 drafting (the draft's one-token passes), verification (the target's pass over
 the last token and the drafts), the draft's ``process`` of the verified
 tokens, and sampling; the rest (batch building, KV trimming, bookkeeping) is
