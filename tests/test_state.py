@@ -19,7 +19,7 @@ import pytest
 import eagle3
 from eagle3.testing import MtpSpec, TargetSpec, write_mtp_target, write_target
 from conftest import PAIRS, run_python
-from helpers import prompts as random_prompts
+from helpers import greedy, prompts as random_prompts
 
 KINDS = ["eagle3", "mtp", "draft", "ngram-simple", "ngram-map-k", "ngram-mod"]
 NGRAM = {"ngram-simple": ("simple", dict(size_n=2, size_m=6)), "ngram-map-k": ("map-k", dict(size_n=2, size_m=6)),
@@ -185,6 +185,25 @@ def test_calls_that_change_the_caches_turn_reuse_off(make):
     np.testing.assert_array_equal(after.tokens, _fresh(make, full, 8).tokens)
     s.target.generate(full, 3)  # plain decoding on the same context
     assert s.generate(full, 8).stats.n_reused == 0
+
+
+def test_after_auto_goes_plain_the_next_generation_keeps_what_the_head_followed(models):
+    # a random head's drafts are almost never accepted: n_draft_max="auto" soon decodes
+    # plainly, and the head stops following the target; the next generation keeps the
+    # prefix the head did follow (not nothing) and decodes the rest again
+    target, draft = models["random"]
+    with eagle3.Context(target, n_ctx=512) as tctx, eagle3.Context(draft, other=tctx) as dctx, \
+            eagle3.Eagle3Session(tctx, dctx, n_draft_max=6) as s:
+        prompt = np.arange(20, 60, dtype=np.int32)
+        first = s.generate(prompt, 96, n_draft_max="auto")
+        assert 0 < first.stats.n_plain_rounds < first.stats.n_rounds
+        full = np.concatenate([prompt, first.tokens])
+        went_on = s.generate(full, 24, n_draft_max=3)
+        assert len(prompt) - 1 <= went_on.stats.n_reused < len(full) - 1
+        np.testing.assert_array_equal(went_on.tokens, greedy(target, full, 24))
+        # and the head follows again: a continuation keeps everything
+        full = np.concatenate([full, went_on.tokens])
+        assert s.generate(full, 8, n_draft_max=3).stats.n_reused == len(full) - 1
 
 
 @pytest.mark.parametrize("sampling", list(SAMPLING))

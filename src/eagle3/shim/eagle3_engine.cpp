@@ -1028,7 +1028,7 @@ static void tune(e3_engine * e, bool probe, double t_round, double t_process, in
     e->best_cap = best;
     for (sequence & s : e->seqs) {
         if (best == 0 && s.finish == E3_RUNNING) {
-            e3_spec_reset_seq(e->spec, s.seq_id);  // its draft state stops following it
+            e3_spec_pause_seq(e->spec, s.seq_id);  // its draft side stops following it
             e->in_step[s.seq_id] = 0;
         }
         if (best == 0 || changed) {

@@ -967,6 +967,19 @@ extern "C" int e3_spec_reset_seq(e3_spec * s, int32_t seq_id) {
     return E3_OK;
 }
 
+extern "C" int e3_spec_pause_seq(e3_spec * s, int32_t seq_id) {
+    if (!s || !s->seq_ok(seq_id)) {
+        return E3_ERR_SEQ;
+    }
+    if (s->row->draft_ctx) {
+        s->pending[seq_id] = -1;
+        s->accepted_pos0[seq_id] = -1;
+    } else {
+        s->forget(seq_id);
+    }
+    return E3_OK;
+}
+
 extern "C" int32_t e3_spec_keep(e3_spec * s, int32_t seq_id, int32_t n_held, int32_t n_common, int in_step) {
     if (!s || !s->seq_ok(seq_id)) {
         return 0;
@@ -974,8 +987,12 @@ extern "C" int32_t e3_spec_keep(e3_spec * s, int32_t seq_id, int32_t n_held, int
     try {
         int32_t keep = std::max(0, std::min(n_common, n_held));
         if (s->row->draft_ctx && !in_step) {
-            keep = 0;  // the draft side did not follow the target: it starts over with it
-        } else if (s->row->kind == E3_SPEC_EAGLE3 && keep < n_held) {
+            // the draft side stopped following the target after the tokens its history holds
+            // (e3_spec_pause_seq): both keep no more than those but the last, and the target
+            // decodes the rest again, which the draft side then follows
+            keep = std::min(keep, std::max(0, (int32_t) s->history[seq_id].size() - 1));
+        }
+        if (s->row->kind == E3_SPEC_EAGLE3 && keep < n_held) {
             // the draft KV's pair at P is (t_{P+1}, g_P): the pair at keep - 1 holds the token
             // after the common prefix, and g there is gone. Re-decoding the last common token
             // rebuilds it; the pair before it holds only common tokens

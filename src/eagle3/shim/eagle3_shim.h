@@ -208,11 +208,17 @@ int e3_spec_accept(e3_spec * spec, int32_t seq_id, int32_t n_accepted, e3_error 
  * generation on that sequence. */
 int e3_spec_reset_seq(e3_spec * spec, int32_t seq_id);
 
+/* seq_id's target goes on without drafts (n_draft_max="auto" chose plain decoding): a
+ * drafter with a context of its own (EAGLE-3, a draft model) keeps what it followed so far,
+ * for a later e3_spec_keep with in_step 0; the others forget seq_id's draft state. */
+int e3_spec_pause_seq(e3_spec * spec, int32_t seq_id);
+
 /* Prefix reuse. seq_id's target holds n_held tokens, of which a new prompt shares the
  * first n_common; in_step: the draft side followed all n_held. Returns how many target
  * positions to keep (<= n_common; 0: none), having trimmed the draft side to match: an
  * EAGLE-3 drafter re-decodes the last common token when the prompt leaves the held tokens
- * early, an MTP drafter goes on only from all n_held, and a drafter not in step from none. */
+ * early, an MTP drafter goes on only from all n_held, a drafter with a context of its own
+ * that is not in step keeps only what it followed, and the others not in step nothing. */
 int32_t e3_spec_keep(e3_spec * spec, int32_t seq_id, int32_t n_held, int32_t n_common, int in_step);
 
 /* After e3_spec_accept(seq_id, n): the round keeps only n_accepted <= n drafted tokens
