@@ -187,23 +187,33 @@ def test_calls_that_change_the_caches_turn_reuse_off(make):
     assert s.generate(full, 8).stats.n_reused == 0
 
 
-def test_after_auto_goes_plain_the_next_generation_keeps_what_the_head_followed(models):
-    # a random head's drafts are almost never accepted: n_draft_max="auto" soon decodes
-    # plainly, and the head stops following the target; the next generation keeps the
-    # prefix the head did follow (not nothing) and decodes the rest again
-    target, draft = models["random"]
-    with eagle3.Context(target, n_ctx=512) as tctx, eagle3.Context(draft, other=tctx) as dctx, \
-            eagle3.Eagle3Session(tctx, dctx, n_draft_max=6) as s:
-        prompt = np.arange(20, 60, dtype=np.int32)
-        first = s.generate(prompt, 96, n_draft_max="auto")
-        assert 0 < first.stats.n_plain_rounds < first.stats.n_rounds
-        full = np.concatenate([prompt, first.tokens])
-        went_on = s.generate(full, 24, n_draft_max=3)
-        assert len(prompt) - 1 <= went_on.stats.n_reused < len(full) - 1
-        np.testing.assert_array_equal(went_on.tokens, greedy(target, full, 24))
-        # and the head follows again: a continuation keeps everything
-        full = np.concatenate([full, went_on.tokens])
-        assert s.generate(full, 8, n_draft_max=3).stats.n_reused == len(full) - 1
+@pytest.mark.parametrize("kind", ["eagle3", "draft"])
+def test_after_auto_goes_plain_the_next_generation_keeps_what_the_drafter_followed(models, kind):
+    # random drafts are almost never accepted: n_draft_max="auto" soon decodes plainly, and
+    # the EAGLE-3 head or draft model stops following the target; the next generation keeps
+    # the prefix it did follow (not nothing) and decodes the rest again
+    if kind == "eagle3":
+        target, draft = models["random"]
+    else:
+        target, draft = models["chain"][0], models["random"][0]
+    with eagle3.Context(target, n_ctx=512) as tctx:
+        if kind == "eagle3":
+            dctx = eagle3.Context(draft, other=tctx)
+            s = eagle3.Eagle3Session(tctx, dctx, n_draft_max=6)
+        else:
+            dctx = eagle3.Context(draft, n_ctx=512, n_batch=tctx.n_batch)
+            s = eagle3.DraftSession(tctx, dctx, n_draft_max=6)
+        with dctx, s:
+            prompt = np.arange(20, 60, dtype=np.int32)
+            first = s.generate(prompt, 96, n_draft_max="auto")
+            assert 0 < first.stats.n_plain_rounds < first.stats.n_rounds
+            full = np.concatenate([prompt, first.tokens])
+            went_on = s.generate(full, 24, n_draft_max=3)
+            assert len(prompt) - 1 <= went_on.stats.n_reused < len(full) - 1
+            np.testing.assert_array_equal(went_on.tokens, greedy(target, full, 24))
+            # and the drafter follows again: a continuation keeps everything
+            full = np.concatenate([full, went_on.tokens])
+            assert s.generate(full, 8, n_draft_max=3).stats.n_reused == len(full) - 1
 
 
 @pytest.mark.parametrize("sampling", list(SAMPLING))
