@@ -70,7 +70,7 @@ def runs_to_the_end(model: eagle3.Model, candidates: np.ndarray) -> int:
     with eagle3.Context(model, n_ctx=N_GEN + 8, n_threads=1) as ctx:
         for token in candidates[:64]:
             ctx.clear()
-            if ctx.generate([int(token)], N_GEN + 1, reuse=False).stats.n_generated == N_GEN + 1:
+            if ctx.generate([int(token)], N_GEN + 1).stats.n_generated == N_GEN + 1:
                 return int(token)
     raise SystemExit("every first token tried led to an end-of-generation token early")
 
