@@ -36,6 +36,16 @@ def rewrite(src: Path, dst: Path, *, set_kv: dict | None = None, drop_kv=(), dro
     return Path(dst)
 
 
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def as_chat_model(src: Path, dst: Path, eos: int) -> Path:
+    """Write ``dst``: ``src`` with the ChatML template and ``eos`` as its end-of-generation token."""
+    return rewrite(src, dst, set_kv={"tokenizer.chat_template": (CHATML, T.STRING),
+                                     "tokenizer.ggml.eos_token_id": (eos, T.UINT32)})
+
+
 def _renamed_keys(reader, arch: str) -> tuple[dict, list]:
     """The ``llama.*`` keys of a llama target as ``{arch}.*`` keys (set, drop)."""
     set_kv, drop = {"general.architecture": (arch, T.STRING)}, []

@@ -154,7 +154,7 @@ def test_generate_reads_the_prompt_from_stdin_and_prints_prompt_and_text_joined(
 
 def test_generate_with_a_chat_template_a_schema_and_rejection(chain_pair, tmp_path, capsys):
     from gguf_edit import T, rewrite
-    from test_sampler_chain import CHATML
+    from gguf_edit import CHATML
 
     target, draft = chain_pair
     chat = rewrite(target, tmp_path / "chat.gguf", set_kv={"tokenizer.chat_template": (CHATML, T.STRING)})

@@ -12,7 +12,7 @@ import pytest
 
 import eagle3
 from eagle3 import shipped
-from gguf_edit import T, rewrite
+from gguf_edit import CHATML, T, rewrite
 
 CHAINS = {
     "typical": dict(temperature=0.9, typical_p=0.8),
@@ -171,10 +171,6 @@ def test_sampling_argument_errors(chain_session):
                           (dict(json_schema={"type": "nothing-known"}), eagle3.InvalidArgumentError)]:
         with pytest.raises(error):
             session.generate([1, 2], 4, **kwargs)
-
-
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def test_a_chat_template_from_the_gguf(tiny_pair, tmp_path):

@@ -18,7 +18,7 @@ from eagle3.train.head import DraftConfig, Eagle3Draft  # noqa: E402
 
 # a target whose greedy next token is a fixed function of the current one: a head can learn it exactly
 CHAIN = TargetSpec(n_layer=4, n_embd=64, n_head=4, n_head_kv=2, n_vocab=256, weights="chain", seed=21)
-QUICK = dict(tokens=2000, max_new_tokens=48, epochs=25, batch_tokens=512, lr=3e-3, draft_vocab_size=200,
+QUICK = dict(tokens=3000, max_new_tokens=48, epochs=25, batch_tokens=512, lr=3e-3, draft_vocab_size=200,
              held_out=4, threads=1, progress=False)
 
 
@@ -151,6 +151,44 @@ def test_an_interrupted_run_resumes_to_the_same_head(tmp_path, monkeypatch):
     assert saved["held_out_tau"] == pytest.approx(resumed.held_out_tau)
 
 
+def test_a_run_over_more_prompts_computes_only_the_new_ones(tmp_path):
+    target = write_target(tmp_path / "t.gguf", CHAIN)
+    first, more = _prompts(30, CHAIN.n_vocab, seed=4), _prompts(20, CHAIN.n_vocab, seed=5)
+    args = dict(QUICK, epochs=3)
+    eagle3.train_head(target, tmp_path / "a.gguf", first, **args)
+    work = tmp_path / "a.gguf.work"
+    before = {p: p.stat().st_mtime_ns for p in work.rglob("*.npz")}
+    # the new prompts first and the old ones reordered: what is known is found by its tokens
+    prompts = more + first[::-1]
+    grown = eagle3.train_head(target, tmp_path / "b.gguf", prompts, work_dir=work, **args)
+    after = {p: p.stat().st_mtime_ns for p in work.rglob("*.npz")}
+    assert all(after[p] == t for p, t in before.items())
+    added = {p.parent.name: 0 for p in after}
+    for p in after.keys() - before.keys():
+        added[p.parent.name] += len(np.load(p)["keys"])
+    assert added == {"answers": 20, "features": 20}
+    fresh = eagle3.train_head(target, tmp_path / "c.gguf", prompts, **args)
+    assert (tmp_path / "b.gguf").read_bytes() == (tmp_path / "c.gguf").read_bytes()
+    assert grown.answer_tokens == fresh.answer_tokens and grown.held_out_tau == fresh.held_out_tau
+
+
+def test_prompts_the_target_writes_itself_join_the_given_ones(tmp_path):
+    from gguf_edit import as_chat_model
+
+    flat = write_target(tmp_path / "flat.gguf", TargetSpec(n_vocab=64, output_scale=0.05, seed=3))
+    target = as_chat_model(flat, tmp_path / "t.gguf", eos=7)
+    given = _prompts(10, 64, seed=6)
+    args = dict(QUICK, max_new_tokens=16, draft_vocab_size=48, epochs=1, held_out=2)
+    report = eagle3.train_head(target, tmp_path / "h.gguf", given, self_prompts=4, **args)
+    own = json.loads((tmp_path / "h.gguf.work" / "self-prompts.json").read_text())["prompts"]
+    assert own == eagle3.train.self_prompts(target, 4, threads=1, progress=False)
+    assert report.train_examples == 10 + 4 - 2
+    # asking for fewer reuses them: nothing is written again
+    stamp = (tmp_path / "h.gguf.work" / "self-prompts.json").stat().st_mtime_ns
+    eagle3.train_head(target, tmp_path / "h2.gguf", given, self_prompts=3, work_dir=tmp_path / "h.gguf.work", **args)
+    assert (tmp_path / "h.gguf.work" / "self-prompts.json").stat().st_mtime_ns == stamp
+
+
 @pytest.mark.parametrize("shape", ["tied-48x5", "qwen2"])
 def test_other_target_shapes_and_architectures(tmp_path, shape):
     if shape == "qwen2":
@@ -187,6 +225,7 @@ def test_bad_requests_are_refused_before_any_work(tmp_path):
         (dict(prompts=ok, layers=[0, 1, CHAIN.n_layer]), eagle3.InvalidArgumentError, "layers"),
         (dict(prompts=ok, layers=[0, 1]), eagle3.InvalidArgumentError, "layers"),
         (dict(prompts=ok, tokens=0), eagle3.InvalidArgumentError, "tokens"),
+        (dict(prompts=ok, self_prompts=-1), eagle3.InvalidArgumentError, "self_prompts"),
         (dict(prompts=ok, ttt_steps=2.5), eagle3.ArgumentTypeError, "ttt_steps"),
         (dict(prompts=ok, outtype="q4_0"), eagle3.InvalidArgumentError, "outtype"),
     ]
@@ -197,7 +236,7 @@ def test_bad_requests_are_refused_before_any_work(tmp_path):
     # a work folder made with other settings is not silently mixed in
     eagle3.train_head(target, out, ok, **{**QUICK, "tokens": 50, "epochs": 1})
     with pytest.raises(eagle3.InvalidArgumentError, match="other settings"):
-        eagle3.train_head(target, tmp_path / "h.gguf", ok, **{**QUICK, "tokens": 50, "epochs": 1, "seed": 5})
+        eagle3.train_head(target, tmp_path / "h.gguf", ok, **{**QUICK, "tokens": 50, "epochs": 1, "top_k": 8})
 
 
 def test_a_target_whose_hidden_states_cannot_be_read_is_refused(pair_paths, tmp_path):

@@ -405,8 +405,8 @@ def cmd_train_head(args: argparse.Namespace) -> int:
     from eagle3.train import train_head
 
     prompts = _prompt_file(args.prompts) if args.prompts else None
-    report = train_head(args.target, args.out, prompts, tokens=args.tokens, max_new_tokens=args.max_new_tokens,
-                        temperature=args.temperature, epochs=args.epochs, draft_vocab_size=args.draft_vocab,
+    report = train_head(args.target, args.out, prompts, self_prompts=args.self_prompts, tokens=args.tokens,
+                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, epochs=args.epochs, draft_vocab_size=args.draft_vocab,
                         layers=args.target_layers, seed=args.seed, work_dir=args.work_dir, threads=args.threads,
                         device=args.device, held_out=args.held_out, ttt_steps=args.ttt_steps,
                         batch_tokens=args.batch_tokens, lr=args.lr, outtype=args.outtype)
@@ -547,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", required=True, help="the head GGUF to write")
     p.add_argument("--prompts", metavar="FILE", help="a JSON list of prompts, or one prompt per line (default: "
                                                     "eagle3's own chat prompts)")
+    p.add_argument("--self-prompts", type=int, default=0, metavar="N",
+                   help="N more prompts written by the target itself from its chat template, taken in turn with "
+                        "the others (default 0)")
     p.add_argument("--tokens", type=_positive, default=100_000, help="answer tokens to distil (default 100000)")
     p.add_argument("--max-new-tokens", type=_positive, default=256, help="longest answer (default 256)")
     p.add_argument("--temperature", type=float, default=0.0, help="answers' sampling temperature (default 0: greedy)")

@@ -198,8 +198,12 @@ class Model(Resource):
     def chat_tokens(self, messages, add_generation_prompt: bool = True, *, template: str | None = None) -> np.ndarray:
         """The token ids of :meth:`apply_chat_template`'s text, its special tokens parsed
         (and the BOS once, whether or not the template writes it)."""
-        tokens = self.tokenize(self.apply_chat_template(messages, add_generation_prompt, template=template),
-                               special=True)
+        return self.template_tokens(self.apply_chat_template(messages, add_generation_prompt, template=template))
+
+    def template_tokens(self, text: str) -> np.ndarray:
+        """The token ids of a chat template's ``text``: its special tokens parsed, and
+        the BOS once, whether or not the template writes it."""
+        tokens = self.tokenize(text, special=True)
         bos = self._metadata.get("tokenizer.ggml.bos_token_id")
         if len(tokens) > 1 and tokens[0] == tokens[1] == bos:
             tokens = tokens[1:]

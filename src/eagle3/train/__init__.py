@@ -29,9 +29,10 @@ from eagle3.errors import ArgumentTypeError, Eagle3Error, InvalidArgumentError
 from eagle3.model import Model
 from eagle3.train import data as _data
 from eagle3.train.progress import Progress
-from eagle3.train.prompts import default_prompts
+from eagle3.train import prompts as _prompts
+from eagle3.train.prompts import default_prompts, self_prompts
 
-__all__ = ["train_head", "TrainReport", "default_prompts"]
+__all__ = ["train_head", "TrainReport", "default_prompts", "self_prompts"]
 
 
 @dataclasses.dataclass
@@ -97,9 +98,28 @@ def _digest(prompts: list[np.ndarray]) -> str:
     return h.hexdigest()[:16]
 
 
+def _own_prompts(target: str, n: int, seed: int, work: Path, threads: int, progress: bool) -> list[str]:
+    """:func:`self_prompts`, kept in the work folder (they take minutes to write)."""
+    path = work / "self-prompts.json"
+    if path.exists():
+        kept = json.loads(path.read_text())
+        if kept["seed"] == seed and len(kept["prompts"]) >= n:  # (the first n of more are the same n)
+            return kept["prompts"][:n]
+    got = _prompts.self_prompts(target, n, seed=seed, threads=threads, progress=progress)
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(seed=seed, prompts=got), indent=0) + "\n")
+    return got
+
+
+def _alternate(a: list, b: list) -> list:
+    """``a[0], b[0], a[1], b[1], ...``, then the rest of the longer list."""
+    out = [x for pair in zip(a, b) for x in pair]
+    return out + a[len(b):] + b[len(a):]
+
+
 def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Sequence | None = None, *,
-               tokens: int = 100_000, max_new_tokens: int = 256, temperature: float = 0.0, chat: bool = True,
-               layers: Sequence[int] | None = None, draft_vocab_size: int = 8192, top_k: int = 32,
+               self_prompts: int = 0, tokens: int = 100_000, max_new_tokens: int = 256, temperature: float = 0.0,
+               chat: bool = True, layers: Sequence[int] | None = None, draft_vocab_size: int = 8192, top_k: int = 32,
                ttt_steps: int = 5, epochs: float = 4.0, batch_tokens: int = 4096, lr: float = 1e-3,
                step_decay: float = 0.8, held_out: int = 8, seed: int = 0, work_dir: str | os.PathLike | None = None,
                threads: int | None = None, n_seq: int = 8, device: str | None = None,
@@ -109,6 +129,8 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
     - ``prompts``: chat messages (strings, put through the model's chat
       template when it has one and ``chat``) or int32 token arrays; by default
       :func:`default_prompts`. ``held_out`` of them are kept for measuring.
+    - ``self_prompts``: that many more prompts, written by the target itself
+      (:func:`eagle3.train.self_prompts`), taken in turn with ``prompts``.
     - ``tokens``: how many answer tokens to distil; answers are generated
       (``max_new_tokens`` each, ``temperature`` 0: greedy) in the prompts'
       order until there are that many or the prompts run out.
@@ -119,7 +141,9 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
     - ``ttt_steps`` draft steps deep, ``epochs`` passes over the data in
       batches of about ``batch_tokens`` tokens, AdamW at ``lr``.
     - ``work_dir`` (default ``OUT.work``) keeps the data and checkpoints:
-      a run that stops resumes from them; ``seed`` fixes every draw.
+      a run that stops resumes from them, and a run with more or other
+      prompts reuses the answers and features of those it shares;
+      ``seed`` fixes every draw.
     - ``device``: a torch device (default ``cuda`` when present, else the CPU).
     - ``outtype``: the head's matrices in ``"f16"`` or ``"q8_0"``.
 
@@ -137,7 +161,8 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
     out = Path(out)
     work = Path(work_dir) if work_dir is not None else out.with_name(out.name + ".work")
     threads = threads or default_threads()
-    for name, value, lo in (("tokens", tokens, 1), ("max_new_tokens", max_new_tokens, 1), ("top_k", top_k, 1),
+    for name, value, lo in (("self_prompts", self_prompts, 0), ("tokens", tokens, 1),
+                            ("max_new_tokens", max_new_tokens, 1), ("top_k", top_k, 1),
                             ("ttt_steps", ttt_steps, 1), ("batch_tokens", batch_tokens, 16),
                             ("draft_vocab_size", draft_vocab_size, 2), ("held_out", held_out, 0)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -159,24 +184,27 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
         all_prompts = list(default_prompts() if prompts is None else prompts)
+        if self_prompts:
+            all_prompts = _alternate(_own_prompts(model.path, self_prompts, seed, work, threads, progress), all_prompts)
         if len(all_prompts) <= held_out:
             raise InvalidArgumentError(f"{len(all_prompts)} prompts: more than held_out = {held_out} are needed")
         ids = _data.prompt_tokens(model, all_prompts, chat)
         train_ids, held_ids = _split(ids, held_out, seed)
+        # what the cached data depends on (the prompts key each item: other prompts add to it)
         _data.write_manifest(work, dict(target=model.path, target_size=os.path.getsize(model.path), layers=layers,
-                                        prompts=_digest(ids), held_out=held_out, seed=seed, top_k=top_k,
-                                        max_new_tokens=max_new_tokens, temperature=temperature))
+                                        top_k=top_k, max_new_tokens=max_new_tokens, temperature=temperature,
+                                        **({"seed": seed} if temperature > 0 else {})))
 
         sequences = _data.answer(model, train_ids, work / "answers", max_new_tokens, temperature, seed, n_seq, threads,
                                  progress, budget=tokens)
         n_prompt = [len(p) for p in train_ids[:len(sequences)]]
-        held_seqs = _data.answer(model, held_ids, work / "held-out", max_new_tokens, temperature,
-                                 seed + 1_000_003, n_seq, threads, progress)
+        held_seqs = _data.answer(model, held_ids, work / "answers", max_new_tokens, temperature, seed, n_seq,
+                                 threads, progress)
         seconds["answers"] = time.monotonic() - t0
         t1 = time.monotonic()
         train_set = _data.features(model, sequences, n_prompt, layers, top_k, work / "features", threads, progress)
-        held_set = _data.features(model, held_seqs, [len(p) for p in held_ids], layers, top_k,
-                                  work / "held-out-features", threads, progress)
+        held_set = _data.features(model, held_seqs, [len(p) for p in held_ids], layers, top_k, work / "features",
+                                  threads, progress)
         seconds["features"] = time.monotonic() - t1
 
         # the head
@@ -206,7 +234,8 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         rng = np.random.default_rng(seed)
         step = 0
         ckpt = work / "checkpoint.pt"
-        recipe = dict(d2t=_digest([d2t]), steps=total_steps, ttt_steps=ttt_steps, batch_tokens=batch_tokens, lr=lr,
+        recipe = dict(data=_digest([train_set.tokens, train_set.offsets, train_set.n_prompt]), d2t=_digest([d2t]),
+                      steps=total_steps, ttt_steps=ttt_steps, batch_tokens=batch_tokens, lr=lr,
                       step_decay=step_decay, cfg=dataclasses.asdict(cfg))
         if ckpt.exists():
             state = torch.load(ckpt, map_location=dev, weights_only=False)

@@ -7,13 +7,16 @@
    inference, from the same quantized weights) and the target's logits kept
    as their ``top_k`` largest entries (the teacher's distribution).
 
-Both stages write shards into the work folder and skip shards already there,
-so an interrupted run resumes where it stopped.
+Both stages keep what they make in shards of the work folder, keyed by the
+tokens it was made from: an interrupted run resumes where it stopped, and a
+run over more prompts computes only the new ones.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -66,110 +69,153 @@ def prompt_tokens(model: Model, prompts: Sequence, chat: bool) -> list[np.ndarra
     return out
 
 
-def _shards(n: int) -> list[range]:
-    return [range(i, min(n, i + SHARD_SEQUENCES)) for i in range(0, n, SHARD_SEQUENCES)]
+def _key(tokens: np.ndarray) -> str:
+    return hashlib.sha256(np.asarray(tokens, np.int32).tobytes()).hexdigest()[:32]
+
+
+class _Store:
+    """Items (arrays of equal length each), keyed by a digest of the tokens that made
+    them, in shards ``STEM-NNNNN.npz`` of a folder: a run that stops, or a later run
+    over more or reordered prompts, reuses every item already made."""
+
+    def __init__(self, folder: Path, stem: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder, self.stem = folder, stem
+        self.items: dict[str, dict[str, np.ndarray]] = {}
+        self.n_shards = 0
+        for path in sorted(folder.glob(f"{stem}-*.npz")):
+            if not re.fullmatch(rf"{stem}-\d{{5}}\.npz", path.name):
+                continue  # (an unfinished shard: written to a .partial file, renamed when whole)
+            with np.load(path) as f:
+                arrays = {name: f[name] for name in f.files}
+            if "keys" not in arrays:
+                raise InvalidArgumentError(f"{path} was written by an older eagle3; delete the work folder "
+                                           f"{folder.parent} or use another")
+            keys, offsets = arrays.pop("keys"), arrays.pop("offsets")
+            for i, key in enumerate(keys):
+                self.items[str(key)] = {name: a[offsets[i]:offsets[i + 1]] for name, a in arrays.items()}
+            self.n_shards = max(self.n_shards, int(path.stem[len(stem) + 1:]) + 1)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.items
+
+    def __getitem__(self, key: str) -> dict[str, np.ndarray]:
+        return self.items[key]
+
+    def add(self, keys: list[str], items: list[dict[str, np.ndarray]]) -> None:
+        lengths = [len(next(iter(item.values()))) for item in items]
+        arrays = {name: np.concatenate([item[name] for item in items]) for name in items[0]}
+        path = self.folder / f"{self.stem}-{self.n_shards:05d}.npz"
+        tmp = path.with_name(path.stem + ".partial.npz")
+        np.savez(tmp, keys=np.array(keys), offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                 **arrays)
+        tmp.replace(path)
+        self.n_shards += 1
+        self.items.update(zip(keys, items))
 
 
 def answer(model: Model, prompts: list[np.ndarray], folder: Path, max_new_tokens: int, temperature: float,
            seed: int, n_seq: int, threads: int, progress: bool, budget: int | None = None) -> list[np.ndarray]:
     """Prompt + the target's answer for each prompt in order, until the answers
-    hold ``budget`` tokens (None: every prompt); cached in ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
+    hold ``budget`` tokens (None: every prompt); answers already in ``folder``
+    are reused, new ones saved there ``SHARD_SEQUENCES`` at a time."""
+    store = _Store(folder, "answers")
+    keys = [_key(p) for p in prompts]
     longest = max(len(p) for p in prompts) + max_new_tokens + 1
-    shards = _shards(len(prompts))
     bar = Progress("answers", len(prompts), progress)
-    out: list[np.ndarray] = []
     ctx = None
-    answered = 0
-    for s, rows in enumerate(shards):
+
+    def run(rows: list[int]) -> int:
+        nonlocal ctx
+        if ctx is None:
+            ctx = Context(model, n_ctx=n_seq * longest, n_batch=max(512, longest), n_seq_max=n_seq,
+                          n_threads=threads)
+        seqs = []
+        for i in range(0, len(rows), n_seq):
+            batch = [prompts[j] for j in rows[i:i + n_seq]]
+            # (sampled answers: the seed follows the batch's first prompt, not its place in the list)
+            gens = ctx.generate_batch(batch, max_new_tokens, temperature=temperature,
+                                      seed=(seed + int(keys[rows[i]][:8], 16)) % 2**32)
+            seqs += [np.concatenate([p, g.tokens]).astype(np.int32) for p, g in zip(batch, gens)]
+            bar.advance(len(batch))
+        store.add([keys[j] for j in rows], [{"tokens": s} for s in seqs])
+        return sum(len(s) - len(prompts[j]) for s, j in zip(seqs, rows))
+
+    pending: list[int] = []
+    answered = used = 0
+    for j, key in enumerate(keys):
         if budget is not None and answered >= budget:
             break
-        path = folder / f"answers-{s:05d}.npz"
-        if not path.exists():
-            if ctx is None:
-                ctx = Context(model, n_ctx=n_seq * longest, n_batch=max(512, longest), n_seq_max=n_seq,
-                              n_threads=threads)
-            seqs = []
-            for i in range(rows.start, rows.stop, n_seq):
-                batch = [prompts[j] for j in range(i, min(rows.stop, i + n_seq))]
-                gens = ctx.generate_batch(batch, max_new_tokens, temperature=temperature, seed=seed + i)
-                seqs += [np.concatenate([p, g.tokens]).astype(np.int32) for p, g in zip(batch, gens)]
-                bar.advance(len(batch))
-            _save_ragged(path, seqs)
+        used = j + 1
+        if key in store:
+            answered += len(store[key]["tokens"]) - len(prompts[j])
+            bar.advance(1)
         else:
-            bar.advance(len(rows))
-        got = _load_ragged(path)
-        answered += sum(len(g) - len(prompts[i]) for g, i in zip(got, rows))
-        out += got
+            pending.append(j)
+            if len(pending) == SHARD_SEQUENCES:
+                answered += run(pending)
+                pending = []
+    if pending:
+        run(pending)
     bar.done()
     if ctx is not None:
         ctx.close()
+    out, answered = [], 0
+    for j in range(used):  # the shortest prefix that fills the budget, whatever was cached
+        out.append(store[keys[j]]["tokens"])
+        answered += len(out[-1]) - len(prompts[j])
+        if budget is not None and answered >= budget:
+            break
     return out
-
-
-def _save_ragged(path: Path, seqs: list[np.ndarray]) -> None:
-    offsets = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
-    tmp = path.with_name(path.stem + ".partial.npz")
-    np.savez(tmp, tokens=np.concatenate(seqs), offsets=offsets)
-    tmp.replace(path)
-
-
-def _load_ragged(path: Path) -> list[np.ndarray]:
-    with np.load(path) as f:
-        tokens, offsets = f["tokens"], f["offsets"]
-    return [tokens[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
 
 
 def features(model: Model, sequences: list[np.ndarray], n_prompt: list[int], layers: Sequence[int], top_k: int,
              folder: Path, threads: int, progress: bool) -> Dataset:
-    """Decode every sequence with ``layers`` captured; keep the features and the teacher's top-k."""
-    folder.mkdir(parents=True, exist_ok=True)
-    longest = max(len(s) for s in sequences)
+    """Decode every sequence with ``layers`` captured; keep the features and the teacher's
+    top-k. Sequences already in ``folder`` are reused, new ones saved there."""
+    store = _Store(folder, "features")
+    keys = [_key(s) for s in sequences]
+    missing = [i for i in _first_of_each(keys) if keys[i] not in store]
     bar = Progress("features", len(sequences), progress)
-    parts = []
-    ctx = None
-    for s, rows in enumerate(_shards(len(sequences))):
-        path = folder / f"features-{s:05d}.npz"
-        if not path.exists():
-            if ctx is None:
-                ctx = Context(model, n_ctx=longest, n_batch=longest, n_ubatch=min(512, longest), n_seq_max=1,
-                              n_threads=threads)
-                ctx.capture_layer_inputs(layers)
-            feats, ids, logits = [], [], []
-            for i in rows:
-                f, t, lg = _one(ctx, sequences[i], layers, top_k)
-                feats.append(f)
-                ids.append(t)
-                logits.append(lg)
-                bar.advance(1)
-            tmp = path.with_name(path.stem + ".partial.npz")
-            np.savez(tmp, features=np.concatenate(feats), top_ids=np.concatenate(ids),
-                     top_logits=np.concatenate(logits))
-            tmp.replace(path)
-        else:
-            bar.advance(len(rows))
-        with np.load(path) as f:
-            parts.append((f["features"], f["top_ids"], f["top_logits"]))
+    bar.advance(len(sequences) - len(missing))
+    if missing:
+        longest = max(len(sequences[i]) for i in missing)
+        with Context(model, n_ctx=longest, n_batch=longest, n_ubatch=min(512, longest), n_seq_max=1,
+                     n_threads=threads) as ctx:
+            ctx.capture_layer_inputs(layers)
+            for at in range(0, len(missing), SHARD_SEQUENCES):
+                rows = missing[at:at + SHARD_SEQUENCES]
+                items = []
+                for i in rows:
+                    items.append(_one(ctx, sequences[i], layers, top_k))
+                    bar.advance(1)
+                store.add([keys[i] for i in rows], items)
     bar.done()
-    if ctx is not None:
-        ctx.close()
+    items = [store[key] for key in keys]
     offsets = np.concatenate([[0], np.cumsum([len(s) for s in sequences])]).astype(np.int64)
     return Dataset(np.concatenate(sequences).astype(np.int32), offsets, np.asarray(n_prompt, np.int32),
-                   np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                   np.concatenate([p[2] for p in parts]).astype(np.float32))
+                   np.concatenate([it["features"] for it in items]), np.concatenate([it["top_ids"] for it in items]),
+                   np.concatenate([it["top_logits"] for it in items]).astype(np.float32))
 
 
-def _one(ctx: Context, tokens: np.ndarray, layers: Sequence[int], top_k: int):
+def _first_of_each(keys: list[str]) -> list[int]:
+    """Indices of each key's first occurrence (the same sequence twice is computed once)."""
+    first: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    return sorted(first.values())
+
+
+def _one(ctx: Context, tokens: np.ndarray, layers: Sequence[int], top_k: int) -> dict[str, np.ndarray]:
+    import torch
+
     ctx.clear()
     ctx.decode(Batch.from_tokens(tokens, output="all"))
     h = ctx.layer_inputs(layers)                        # [3, n, E]
     feats = np.ascontiguousarray(h.transpose(1, 0, 2).reshape(len(tokens), -1), dtype=np.float16)
     logits = np.stack([np.asarray(ctx.logits(i)) for i in range(len(tokens))])
-    ids = np.argpartition(-logits, top_k - 1, axis=1)[:, :top_k]
-    top = np.take_along_axis(logits, ids, axis=1)
-    order = np.argsort(-top, axis=1, kind="stable")
-    return (feats, np.take_along_axis(ids, order, axis=1).astype(np.int32),
-            np.take_along_axis(top, order, axis=1).astype(np.float16))
+    top, ids = torch.topk(torch.from_numpy(logits), top_k, dim=1)  # (a tenth of numpy's argpartition's time)
+    return dict(features=feats, top_ids=ids.numpy().astype(np.int32), top_logits=top.numpy().astype(np.float16))
 
 
 def write_manifest(folder: Path, settings: dict) -> None:

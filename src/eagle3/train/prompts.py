@@ -1,11 +1,22 @@
-"""The chat prompts ``train_head`` distils the target's answers from when none
-are given: every instruction below applied to every subject. They are written
-here; held-out prompts for measuring a head come from
-:func:`eagle3.shipped.held_out_chat_prompts`, which shares none of these
-instruction templates or subjects.
+"""Chat prompts to distil the target's answers from.
+
+- :func:`default_prompts`: what ``train_head`` uses when given none: every
+  instruction below applied to every subject. Held-out prompts for measuring
+  a head come from :func:`eagle3.shipped.held_out_chat_prompts`, which shares
+  none of these instruction templates or subjects.
+- :func:`self_prompts`: prompts the target writes itself, in the style of
+  the chats it was tuned on (a fixed template set teaches a head that style
+  only).
 """
 
 from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from eagle3.errors import ArgumentTypeError, InvalidArgumentError
+from eagle3.train.progress import Progress
 
 _SUBJECTS = (
     "photosynthesis", "the water cycle", "black holes", "volcanoes", "the French Revolution", "the Roman Empire",
@@ -74,3 +85,55 @@ def default_prompts() -> list[str]:
     s instruction (s + r) mod the number of instructions."""
     n = len(_INSTRUCTIONS)
     return [_INSTRUCTIONS[(s + r) % n].format(subject) for r in range(n) for s, subject in enumerate(_SUBJECTS)]
+
+
+_MARK = "[eagle3: the user turn starts here]"  # (a C string: no NUL)
+
+
+def self_prompts(target: str | os.PathLike, n: int, *, seed: int = 0, max_tokens: int = 128,
+                 temperature: float = 1.0, n_seq: int = 8, threads: int | None = None,
+                 progress: bool = True) -> list[str]:
+    """``n`` chat prompts written by the chat model ``target`` itself.
+
+    The target's chat template is rendered up to where a user's turn begins
+    (its system message included, when the template writes one), and the
+    target continues from there, sampled at ``temperature``: an instruction
+    tuned model writes the kind of request it was tuned to answer. Only turns
+    the model ends itself (an end-of-generation token within ``max_tokens``)
+    are kept, stripped, and each text once. Stops after ``4 * n`` tries, so
+    fewer than ``n`` may come back from a model that rarely ends a turn.
+    ``seed`` fixes every draw.
+    """
+    from eagle3.context import Context, default_threads
+    from eagle3.model import Model
+
+    for name, value in (("n", n), ("max_tokens", max_tokens), ("n_seq", n_seq)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value < 1:
+            raise InvalidArgumentError(f"{name} must be at least 1, got {value}")
+    with Model(target) as model:
+        if model.chat_template is None:
+            raise InvalidArgumentError(f"{model.path} has no chat template: it cannot write its own chat prompts")
+        text = model.apply_chat_template([{"role": "user", "content": _MARK}], add_generation_prompt=False)
+        if _MARK not in text:
+            raise InvalidArgumentError(f"{model.path}'s chat template does not write the user's message")
+        prefix = model.template_tokens(text[:text.index(_MARK)])
+        out: list[str] = []
+        seen: set[str] = set()
+        bar = Progress("prompts", n, progress)
+        with Context(model, n_ctx=n_seq * (len(prefix) + max_tokens + 1), n_seq_max=n_seq,
+                     n_threads=threads or default_threads()) as ctx:
+            for attempt in range(0, 4 * n, n_seq):
+                gens = ctx.generate_batch([prefix] * n_seq, max_tokens, temperature=temperature, seed=seed + attempt)
+                for g in gens:
+                    turn = g.text.strip()
+                    if (g.finish_reason == "stop" and turn and turn.casefold() not in seen
+                            and not any(model.is_eog(t) for t in g.tokens[:-1])):
+                        seen.add(turn.casefold())
+                        out.append(turn)
+                        bar.advance(1)
+                if len(out) >= n:
+                    break
+        bar.done()
+    return out[:n]
