@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
-from eagle3.errors import ArgumentTypeError, InvalidArgumentError
+from eagle3._validate import as_int
+from eagle3.errors import InvalidArgumentError
 from eagle3.train.progress import Progress
 
 _SUBJECTS = (
@@ -107,11 +106,7 @@ def self_prompts(target: str | os.PathLike, n: int, *, seed: int = 0, max_tokens
     from eagle3.context import Context, default_threads
     from eagle3.model import Model
 
-    for name, value in (("n", n), ("max_tokens", max_tokens), ("n_seq", n_seq)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < 1:
-            raise InvalidArgumentError(f"{name} must be at least 1, got {value}")
+    n, max_tokens, n_seq = (as_int(v, name, 1) for v, name in ((n, "n"), (max_tokens, "max_tokens"), (n_seq, "n_seq")))
     with Model(target) as model:
         if model.chat_template is None:
             raise InvalidArgumentError(f"{model.path} has no chat template: it cannot write its own chat prompts")
