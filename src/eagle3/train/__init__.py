@@ -23,9 +23,10 @@ from typing import Sequence
 import numpy as np
 
 from eagle3 import _core
+from eagle3._validate import as_int
 from eagle3.compat import check_pair
 from eagle3.draft_formats import default_target_layers
-from eagle3.errors import ArgumentTypeError, Eagle3Error, InvalidArgumentError
+from eagle3.errors import Eagle3Error, InvalidArgumentError
 from eagle3.model import Model
 from eagle3.train import data as _data
 from eagle3.train.progress import Progress
@@ -161,14 +162,10 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
     out = Path(out)
     work = Path(work_dir) if work_dir is not None else out.with_name(out.name + ".work")
     threads = threads or default_threads()
-    for name, value, lo in (("self_prompts", self_prompts, 0), ("tokens", tokens, 1),
-                            ("max_new_tokens", max_new_tokens, 1), ("top_k", top_k, 1),
-                            ("ttt_steps", ttt_steps, 1), ("batch_tokens", batch_tokens, 16),
-                            ("draft_vocab_size", draft_vocab_size, 2), ("held_out", held_out, 0)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < lo:
-            raise InvalidArgumentError(f"{name} must be at least {lo}, got {value}")
+    self_prompts, tokens = as_int(self_prompts, "self_prompts", 0), as_int(tokens, "tokens", 1)
+    max_new_tokens, top_k = as_int(max_new_tokens, "max_new_tokens", 1), as_int(top_k, "top_k", 1)
+    ttt_steps, batch_tokens = as_int(ttt_steps, "ttt_steps", 1), as_int(batch_tokens, "batch_tokens", 16)
+    draft_vocab_size, held_out = as_int(draft_vocab_size, "draft_vocab_size", 2), as_int(held_out, "held_out", 0)
     if outtype not in export.OUTTYPES:
         raise InvalidArgumentError(f"outtype must be one of {export.OUTTYPES}, got {outtype!r}")
     seconds: dict[str, float] = {}
