@@ -122,7 +122,12 @@ def answer(model: Model, prompts: list[np.ndarray], folder: Path, max_new_tokens
     store = _Store(folder, "answers")
     keys = [_key(p) for p in prompts]
     longest = max(len(p) for p in prompts) + max_new_tokens + 1
-    bar = Progress("answers", len(prompts), progress)
+    # counts what stops the run: answer tokens against the budget, or prompts
+    bar = Progress("answers", len(prompts), progress) if budget is None else \
+        Progress("answer tokens", budget, progress)
+
+    def advance(n_prompts: int, n_tokens: int) -> None:
+        bar.advance(n_prompts if budget is None else n_tokens)
     ctx = None
 
     def run(rows: list[int]) -> int:
@@ -137,7 +142,7 @@ def answer(model: Model, prompts: list[np.ndarray], folder: Path, max_new_tokens
             gens = ctx.generate_batch(batch, max_new_tokens, temperature=temperature,
                                       seed=(seed + int(keys[rows[i]][:8], 16)) % 2**32)
             seqs += [np.concatenate([p, g.tokens]).astype(np.int32) for p, g in zip(batch, gens)]
-            bar.advance(len(batch))
+            advance(len(batch), sum(len(g.tokens) for g in gens))
         store.add([keys[j] for j in rows], [{"tokens": s} for s in seqs])
         return sum(len(s) - len(prompts[j]) for s, j in zip(seqs, rows))
 
@@ -148,8 +153,9 @@ def answer(model: Model, prompts: list[np.ndarray], folder: Path, max_new_tokens
             break
         used = j + 1
         if key in store:
-            answered += len(store[key]["tokens"]) - len(prompts[j])
-            bar.advance(1)
+            n = len(store[key]["tokens"]) - len(prompts[j])
+            answered += n
+            advance(1, n)
         else:
             pending.append(j)
             if len(pending) == SHARD_SEQUENCES:
