@@ -78,6 +78,25 @@ def test_a_512_token_pass_gives_each_token_its_one_token_logits(shape_files, fil
         _check_passes(model, [512], 2, np.random.default_rng(5))
 
 
+# q4_1, q5_0, q5_1 and q8_0 take two rows at a time for one or two tokens, row i
+# of a thread's share with row i + half; a share of odd length leaves its middle
+# row alone. 641 output rows are such a share with one thread and, 320/321, with two.
+ODD_ROWS = TargetSpec(n_layer=1, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, n_vocab=641, tied=True, seed=34)
+
+
+@exact
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("file_type", ["Q8_0", "Q4_1", "Q5_0", "Q5_1"])
+def test_a_share_of_odd_length_gives_its_lone_row_the_same_logits(tmp_path_factory, file_type, n_threads):
+    directory = tmp_path_factory.mktemp("odd")
+    path = directory / f"odd-{file_type}.gguf"
+    eagle3.quantize(write_target(directory / "odd.gguf", ODD_ROWS), path, file_type)
+    with eagle3.Model(path) as model:
+        assert model.n_vocab == 641
+        # one and two tokens pair rows, three and five take them one at a time
+        _check_passes(model, [1, 2, 3, 5, 1, 2], n_threads, np.random.default_rng(n_threads))
+
+
 # Types with a multi-token kernel on this build's CPU path: whether ggml repacks
 # them (a repacked matrix needs rows in groups of 8), and how many tokens share
 # one load of a row.
