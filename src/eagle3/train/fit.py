@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from eagle3.train.data import Dataset
 from eagle3.train.head import Eagle3Draft
+
+if TYPE_CHECKING:  # (this module needs PyTorch alone, not eagle3's extension)
+    from eagle3.train.data import Dataset
 
 
 def draft_vocabulary(data: Dataset, n_vocab: int, size: int, keep: list[int]) -> np.ndarray:
@@ -49,45 +52,51 @@ class Examples:
 
 
 class Trainer:
+    """Batches of whole examples and the head's losses on them. The data's
+    arrays (numpy or torch) are moved to ``device`` once: a batch is gathered there."""
+
     def __init__(self, head: Eagle3Draft, embeddings: torch.Tensor, data: Dataset, ttt_steps: int,
                  batch_tokens: int, step_decay: float, device: torch.device) -> None:
-        self.head, self.emb, self.data = head, embeddings, data
+        self.head, self.emb = head, embeddings
         self.steps, self.batch_tokens, self.device = ttt_steps, batch_tokens, device
         self.weights = [step_decay ** j for j in range(ttt_steps)]
-        t2d = np.full(embeddings.shape[0], -1, np.int64)
-        t2d[head.d2t.cpu().numpy()] = np.arange(len(head.d2t))
-        self.t2d = t2d
+        on = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+        t2d = torch.full((embeddings.shape[0],), -1, dtype=torch.long, device=device)
+        t2d[head.d2t.to(device)] = torch.arange(len(head.d2t), device=device)
+        self.offsets = np.asarray(data.offsets, np.int64)
+        self.lengths = np.diff(self.offsets)
+        self.n_prompt = np.asarray(data.n_prompt, np.int64)
+        self.features, self.tokens = on(data.features), on(data.tokens).long()
+        self.top_ids, self.top_logits = t2d[on(data.top_ids).long()], on(data.top_logits)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
 
     def sample(self, rng: np.random.Generator, examples: np.ndarray | None = None) -> Examples:
         """Random whole examples up to ``batch_tokens`` tokens (or the given ones)."""
-        d = self.data
-        lengths = np.diff(d.offsets)
+        lengths = self.lengths
         if examples is None:
-            order = rng.permutation(len(d))
+            order = rng.permutation(len(lengths))
             total = np.cumsum(lengths[order])
             examples = order[:max(1, int(np.searchsorted(total, self.batch_tokens)))]
-        L, k, s = int(lengths[examples].max()), d.top_ids.shape[1], self.steps
-        feats = np.zeros((len(examples), L, d.features.shape[1]), np.float32)
-        tokens = np.zeros((len(examples), L + s), np.int64)
-        top_ids = np.full((len(examples), L + s, k), -1, np.int64)
-        top_logits = np.zeros((len(examples), L + s, k), np.float32)
-        valid = np.zeros((len(examples), s, L - 1), bool)
-        for b, i in enumerate(examples):
-            lo, n = d.offsets[i], lengths[i]
-            feats[b, :n] = d.features[lo:lo + n]
-            tokens[b, :n] = d.tokens[lo:lo + n]
-            top_ids[b, :n] = self.t2d[d.top_ids[lo:lo + n]]
-            top_logits[b, :n] = d.top_logits[lo:lo + n]
-            p = np.arange(L - 1)
-            for j in range(s):
-                q = p + 1 + j  # the teacher row step j predicts from
-                valid[b, j] = (q < n) & (q >= d.n_prompt[i] - 1)
-        # a row whose teacher has no token in the draft vocabulary teaches nothing
-        has_target = (top_ids >= 0).any(-1)
-        for j in range(s):
-            valid[:, j] &= has_target[:, 1 + j:L + j]
-        t = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
-        return Examples(t(feats), t(tokens), t(top_ids), t(top_logits), t(valid))
+        n, s = lengths[examples], self.steps
+        L = int(n.max())
+        at = np.arange(L + s)
+        inside = at[None] < n[:, None]                                    # [B, L + s]
+        rows = torch.as_tensor(np.where(inside, self.offsets[examples][:, None] + at[None], 0), device=self.device)
+        inside_t = torch.as_tensor(inside, device=self.device)
+        feats = self.features[rows[:, :L]].float() * inside_t[:, :L, None]
+        tokens = torch.where(inside_t, self.tokens[rows], 0)
+        top_ids = torch.where(inside_t[..., None], self.top_ids[rows], -1)
+        top_logits = torch.where(inside_t[..., None], self.top_logits[rows].float(), 0.0)
+        # step j from position p predicts from the teacher row q = p + 1 + j: inside an
+        # answer, and with a token in the draft vocabulary (else it teaches nothing)
+        q = at[None, None, :L - 1] + 1 + np.arange(s)[None, :, None]        # [1, s, L - 1]
+        valid = (q < n[:, None, None]) & (q >= self.n_prompt[examples][:, None, None] - 1)
+        has_target = (top_ids >= 0).any(-1)                                # [B, L + s]
+        q_t = torch.as_tensor(np.broadcast_to(q, valid.shape).copy(), device=self.device)
+        valid_t = torch.as_tensor(valid, device=self.device) & has_target.gather(1, q_t.flatten(1)).view(q_t.shape)
+        return Examples(feats, tokens, top_ids, top_logits, valid_t)
 
     def losses(self, batch: Examples) -> tuple[list[torch.Tensor], list[float]]:
         """Per-step losses and the share of positions where the head's first choice is the teacher's."""
