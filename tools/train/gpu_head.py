@@ -139,19 +139,24 @@ def run(args) -> None:
         d2t = fit.draft_vocabulary(train_set, target.shape.n_vocab, size, stop)
         coverage[size] = float(np.isin(held_first, d2t).mean())
     _log(f"held-out first choices in the draft vocabulary: {coverage}", t0)
-    d2t = fit.draft_vocabulary(train_set, target.shape.n_vocab, args.draft_vocab, stop)
-
-    cfg = head_mod.DraftConfig(**meta["shape"], draft_vocab_size=len(d2t), aux_layers=layers,
-                               max_position_embeddings=meta["context_length"])
-    torch.manual_seed(args.seed)
-    head = head_mod.Eagle3Draft(cfg, torch.from_numpy(d2t))
+    if args.init:  # (a head to train further: its draft vocabulary and shape stay)
+        head = export.read_head(args.init, gguf=gguf)
+        if head.cfg.aux_layers != layers or head.cfg.vocab_size != target.shape.n_vocab:
+            raise SystemExit(f"{args.init} reads layers {head.cfg.aux_layers}, not this target's {layers}")
+        d2t = head.d2t.numpy()
+    else:
+        d2t = fit.draft_vocabulary(train_set, target.shape.n_vocab, args.draft_vocab, stop)
+        cfg = head_mod.DraftConfig(**meta["shape"], draft_vocab_size=len(d2t), aux_layers=layers,
+                                   max_position_embeddings=meta["context_length"])
+        torch.manual_seed(args.seed)
+        head = head_mod.Eagle3Draft(cfg, torch.from_numpy(d2t))
+        with torch.no_grad():
+            for p in head.parameters():
+                if p.dim() == 2:
+                    torch.nn.init.normal_(p, std=0.02)
+            head.lm_head.weight.copy_(target.out[torch.from_numpy(d2t).to(dev)].cpu())
+            head.norm.weight.copy_(target.w["output_norm.weight"].cpu())
     emb = target.w["token_embd.weight"]
-    with torch.no_grad():
-        for p in head.parameters():
-            if p.dim() == 2:
-                torch.nn.init.normal_(p, std=0.02)
-        head.lm_head.weight.copy_(target.out[torch.from_numpy(d2t).to(dev)].cpu())
-        head.norm.weight.copy_(target.w["output_norm.weight"].cpu())
     head.to(dev).train()
     trainer = fit.Trainer(head, emb, train_set, args.ttt_steps, args.batch_tokens, 0.8, dev)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -192,7 +197,7 @@ def run(args) -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     head.cpu()
-    export.write_head(args.out / "head.gguf", args.target, head, meta["context_length"], args.outtype)
+    export.write_head(args.out / "head.gguf", args.target, head, head.cfg.max_position_embeddings, args.outtype)
     report = dict(self_prompts=len(own), prompts=len(prompts), answer_tokens=n_answer,
                   tokens=int(len(train_set.tokens)), coverage=coverage, draft_vocab=len(d2t), steps=total,
                   held_out_agreement=held_agree, seconds=time.monotonic() - t0, settings=vars(args) | {
@@ -222,6 +227,7 @@ def main() -> None:
     r.add_argument("--feature-batch-tokens", type=int, default=65536)
     r.add_argument("--top-k", type=int, default=32)
     r.add_argument("--draft-vocab", type=int, default=4096)
+    r.add_argument("--init", help="an eagle3 head GGUF to train further (its draft vocabulary is kept)")
     r.add_argument("--ttt-steps", type=int, default=4)
     r.add_argument("--batch-tokens", type=int, default=16384)
     r.add_argument("--lr", type=float, default=2e-3)

@@ -54,10 +54,13 @@ def _copy_tokenizer(gguf, reader, writer) -> None:
             writer.add_key_value(name, field.contents(), vtype)
 
 
-def _rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+def _rope_rows(w: np.ndarray, n_head: int, inverse: bool = False) -> np.ndarray:
     """Reorder q/k rows from rotated halves (how the head computes rope) to
-    llama.cpp's adjacent pairs (its NORM rope), as its converter does for llama."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, w.shape[1]).swapaxes(1, 2).reshape(w.shape)
+    llama.cpp's adjacent pairs (its NORM rope), as its converter does for llama;
+    ``inverse``: back."""
+    half = w.shape[0] // n_head // 2
+    split = (n_head, half, 2) if inverse else (n_head, 2, half)
+    return w.reshape(*split, w.shape[1]).swapaxes(1, 2).reshape(w.shape)
 
 
 OUTTYPES = ("f16", "q8_0")
@@ -128,3 +131,56 @@ def write_head(path: str | os.PathLike, target_path: str | os.PathLike, model, c
     w.close()
     os.replace(tmp, path)
     return path
+
+
+# the head's parameters and the GGUF tensors they are written to
+_NAMES = {"fc.weight": "fc.weight", "norm.weight": "output_norm.weight", "lm_head.weight": "output.weight",
+          "input_layernorm.weight": "blk.0.attn_norm.weight", "hidden_norm.weight": "blk.0.attn_norm_2.weight",
+          "q_proj.weight": "blk.0.attn_q.weight", "k_proj.weight": "blk.0.attn_k.weight",
+          "v_proj.weight": "blk.0.attn_v.weight", "o_proj.weight": "blk.0.attn_output.weight",
+          "post_attention_layernorm.weight": "blk.0.ffn_norm.weight", "gate_proj.weight": "blk.0.ffn_gate.weight",
+          "up_proj.weight": "blk.0.ffn_up.weight", "down_proj.weight": "blk.0.ffn_down.weight"}
+
+
+def read_head(path: str | os.PathLike, gguf=None):
+    """A head written by :func:`write_head`, back as an :class:`eagle3.train.head.Eagle3Draft`
+    (to train it further); ``gguf``: the gguf-py module (default: the pinned tree's)."""
+    import torch
+
+    from eagle3.train.head import DraftConfig, Eagle3Draft
+
+    if gguf is None:
+        gguf = _pinned.import_gguf()
+    reader = gguf.GGUFReader(str(path))
+
+    def field(key, default=None):
+        f = reader.fields.get(f"eagle3.{key}")
+        if f is None:
+            return default
+        v = f.contents()
+        return v[0] if isinstance(v, list) and len(v) == 1 else v
+
+    tensors = {}
+    for t in reader.tensors:
+        a = np.asarray(t.data if t.name == "d2t" else gguf.quants.dequantize(t.data, t.tensor_type))
+        tensors[t.name] = a.reshape([int(x) for x in reversed(t.shape)])
+    d2t = torch.from_numpy(tensors["d2t"].astype(np.int64))
+    cfg = DraftConfig(hidden_size=int(field("embedding_length")), target_hidden_size=int(field("target_hidden_size")),
+                      num_attention_heads=int(field("attention.head_count")),
+                      num_key_value_heads=int(field("attention.head_count_kv")),
+                      intermediate_size=int(field("feed_forward_length")), vocab_size=int(field("vocab_size")),
+                      draft_vocab_size=len(d2t), aux_layers=tuple(int(x) for x in field("target_layers")),
+                      rms_norm_eps=float(field("attention.layer_norm_rms_epsilon")),
+                      rope_theta=float(field("rope.freq_base")),
+                      max_position_embeddings=int(field("context_length")))
+    head = Eagle3Draft(cfg, d2t)
+    state = {}
+    for param, name in _NAMES.items():
+        w = tensors[name].astype(np.float32)
+        if param in ("q_proj.weight", "k_proj.weight"):
+            heads = cfg.num_attention_heads if param == "q_proj.weight" else cfg.num_key_value_heads
+            w = _rope_rows(w, heads, inverse=True)
+        state[param] = torch.from_numpy(np.ascontiguousarray(w))
+    state["d2t"] = d2t
+    head.load_state_dict(state)
+    return head

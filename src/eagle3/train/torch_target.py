@@ -126,7 +126,8 @@ class TorchTarget:
         B, T = tokens.shape
         x = self.w["token_embd.weight"][tokens]
         captured = []
-        mask = allowed[:, None]
+        rep = s.n_head // s.n_head_kv
+        mask = allowed[:, None].repeat(1, 1, rep, 1)  # [B, 1, rep * T, keys]
         for il in range(s.n_layer):
             if il in capture:
                 captured.append(x)
@@ -142,9 +143,10 @@ class TorchTarget:
                 cache[0][il, :, :, at:at + T] = k
                 cache[1][il, :, :, at:at + T] = v
                 k, v = cache[0][il, :, :, :at + T], cache[1][il, :, :, :at + T]
-            rep = s.n_head // s.n_head_kv
-            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            # the query heads that share a key head ride along its rows, so keys and values are read
+            # in place (the cache is never copied per query head)
+            q = q.reshape(B, s.n_head_kv, rep * T, s.head_dim)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).view(B, s.n_head, T, s.head_dim)
             x = x + self._linear(a.transpose(1, 2).reshape(B, T, -1), p + "attn_output")
             h = self._norm(x, p + "ffn_norm.weight")
             x = x + self._linear(F.silu(self._linear(h, p + "ffn_gate")) * self._linear(h, p + "ffn_up"),
