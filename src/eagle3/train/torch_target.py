@@ -146,7 +146,7 @@ class TorchTarget:
             # the query heads that share a key head ride along its rows, so keys and values are read
             # in place (the cache is never copied per query head)
             q = q.reshape(B, s.n_head_kv, rep * T, s.head_dim)
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).view(B, s.n_head, T, s.head_dim)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).reshape(B, s.n_head, T, s.head_dim)
             x = x + self._linear(a.transpose(1, 2).reshape(B, T, -1), p + "attn_output")
             h = self._norm(x, p + "ffn_norm.weight")
             x = x + self._linear(F.silu(self._linear(h, p + "ffn_gate")) * self._linear(h, p + "ffn_up"),
