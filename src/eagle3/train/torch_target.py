@@ -117,7 +117,7 @@ class TorchTarget:
         return torch.cat([r, rest], -1)
 
     def _hidden(self, tokens: torch.Tensor, pos: torch.Tensor, allowed: torch.Tensor, cache=None, at: int = 0,
-                capture: tuple[int, ...] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+                capture: tuple[int, ...] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """The final norm's output for ``tokens`` [B, T] at ``pos`` [B, T], and the inputs of
         the ``capture`` layers. ``allowed`` [B, T, at + T]: which keys each query sees.
         With ``cache`` (k, v: [n_layer, B, kv, T_max, head_dim]) the keys and values land at
@@ -125,12 +125,12 @@ class TorchTarget:
         s = self.shape
         B, T = tokens.shape
         x = self.w["token_embd.weight"][tokens]
-        captured = []
+        captured = {}
         rep = s.n_head // s.n_head_kv
         mask = allowed[:, None].repeat(1, 1, rep, 1)  # [B, 1, rep * T, keys]
         for il in range(s.n_layer):
             if il in capture:
-                captured.append(x)
+                captured[il] = x
             p = f"blk.{il}."
             h = self._norm(x, p + "attn_norm.weight")
             q = self._linear(h, p + "attn_q").view(B, T, s.n_head, s.head_dim).transpose(1, 2)
@@ -235,10 +235,9 @@ class TorchTarget:
             pos = torch.arange(T, device=dev)[None].expand(B, T)
             allowed = torch.ones(T, T, dtype=torch.bool, device=dev).tril()[None].expand(B, T, T)
             hidden, caps = self._hidden(tokens, pos, allowed, capture=tuple(layers))
-            caps = [caps[sorted(layers).index(x)] for x in layers]  # (captured in layer order)
             for b, i in enumerate(rows):
                 n = len(sequences[i])
                 top, ids = torch.topk(self.logits(hidden[b, :n]), top_k, dim=-1)
-                parts[i] = (torch.cat([c[b, :n] for c in caps], -1).half(), ids.int(), top.float())
+                parts[i] = (torch.cat([caps[il][b, :n] for il in layers], -1).half(), ids.int(), top.float())
             lo = hi
         return tuple(torch.cat([parts[i][j] for i in range(len(sequences))]) for j in range(3))
