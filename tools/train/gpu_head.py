@@ -149,13 +149,7 @@ def run(args) -> None:
         cfg = head_mod.DraftConfig(**meta["shape"], draft_vocab_size=len(d2t), aux_layers=layers,
                                    max_position_embeddings=meta["context_length"])
         torch.manual_seed(args.seed)
-        head = head_mod.Eagle3Draft(cfg, torch.from_numpy(d2t))
-        with torch.no_grad():
-            for p in head.parameters():
-                if p.dim() == 2:
-                    torch.nn.init.normal_(p, std=0.02)
-            head.lm_head.weight.copy_(target.out[torch.from_numpy(d2t).to(dev)].cpu())
-            head.norm.weight.copy_(target.w["output_norm.weight"].cpu())
+        head = fit.new_head(cfg, d2t, target.out, target.w["output_norm.weight"])
     emb = target.w["token_embd.weight"]
     head.to(dev).train()
     trainer = fit.Trainer(head, emb, train_set, args.ttt_steps, args.batch_tokens, 0.8, dev)
@@ -174,16 +168,9 @@ def run(args) -> None:
             total = max(probe + 1, int(seconds / per_step))
             _log(f"{per_step * 1000:.0f} ms a step: {total} steps of {args.batch_tokens} tokens "
                  f"({total * args.batch_tokens / len(train_set.tokens):.1f} epochs)", t0)
-        for group in opt.param_groups:
-            group["lr"] = fit.lr_at(step, total or 10 * probe, args.lr, warmup=probe)
-        losses, agree = trainer.losses(trainer.sample(rng))
-        loss = trainer.loss(losses)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
+        loss, agree = trainer.step(opt, rng, fit.lr_at(step, total or 10 * probe, args.lr, warmup=probe))
         step += 1
-        curve.append([float(loss.detach())] + agree)
+        curve.append([loss] + agree)
         if total and step % max(1, total // 10) == 0:
             recent = np.mean(curve[-50:], 0)
             _log(f"step {step}/{total}: loss {recent[0]:.3f}, agreement per step "

@@ -157,7 +157,7 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         raise Eagle3Error("train_head needs PyTorch: pip install 'eagle3[train]'") from None
     from eagle3.context import default_threads
     from eagle3.train import export, fit
-    from eagle3.train.head import DraftConfig, Eagle3Draft
+    from eagle3.train.head import DraftConfig
 
     out = Path(out)
     work = Path(work_dir) if work_dir is not None else out.with_name(out.name + ".work")
@@ -211,19 +211,10 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         context_length = int(model.metadata.get(f"{model.architecture}.context_length", 4096))
         cfg = DraftConfig(**shape, draft_vocab_size=len(d2t), aux_layers=tuple(layers),
                           max_position_embeddings=context_length)
-        head = Eagle3Draft(cfg, torch.from_numpy(d2t))
         emb = export.target_matrix(model.path, ("token_embd.weight",))
         embeddings = torch.from_numpy(emb).to(dev)
-        with torch.no_grad():
-            for p in head.parameters():
-                if p.dim() == 2:
-                    torch.nn.init.normal_(p, std=0.02)
-            # start from the target's own output head (its embeddings when tied) and final norm
-            lm = export.target_matrix(model.path, ("output.weight",)) if "output.weight" in model.tensors else emb
-            head.lm_head.weight.copy_(torch.from_numpy(lm[d2t]))
-            norm = export.target_vector(model.path, "output_norm.weight")
-            if norm is not None and norm.shape == (cfg.hidden_size,):
-                head.norm.weight.copy_(torch.from_numpy(norm))
+        lm = export.target_matrix(model.path, ("output.weight",)) if "output.weight" in model.tensors else emb
+        head = fit.new_head(cfg, d2t, lm, export.target_vector(model.path, "output_norm.weight"))
         head.to(dev)
         trainer = fit.Trainer(head, embeddings, train_set, ttt_steps, batch_tokens, step_decay, dev)
         total_steps = max(1, round(epochs * len(train_set.tokens) / batch_tokens))
@@ -246,16 +237,10 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         head.train()
         curve: list[float] = []
         while step < total_steps:
-            for group in opt.param_groups:
-                group["lr"] = fit.lr_at(step, total_steps, lr, warmup=min(50, total_steps // 10 + 1))
-            losses, agree = trainer.losses(trainer.sample(rng))
-            loss = trainer.loss(losses)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-            opt.step()
+            rate = fit.lr_at(step, total_steps, lr, warmup=min(50, total_steps // 10 + 1))
+            loss, agree = trainer.step(opt, rng, rate)
             step += 1
-            curve.append(float(loss.detach()))
+            curve.append(loss)
             bar.advance(1, f"loss {np.mean(curve[-20:]):.3f}, first-step agreement {agree[0]:.2f}")
             if step % checkpoint_every == 0 or step == total_steps:
                 tmp = ckpt.with_name(ckpt.name + ".partial")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from eagle3.train.head import Eagle3Draft
+from eagle3.train.head import DraftConfig, Eagle3Draft
 
 if TYPE_CHECKING:  # (this module needs PyTorch alone, not eagle3's extension)
     from eagle3.train.data import Dataset
@@ -33,6 +33,20 @@ def draft_vocabulary(data: Dataset, n_vocab: int, size: int, keep: list[int]) ->
     score[keep] = np.inf
     chosen = np.argsort(-score, kind="stable")[:size]
     return np.sort(chosen).astype(np.int64)
+
+
+def new_head(cfg: DraftConfig, d2t: np.ndarray, output_rows, output_norm=None) -> Eagle3Draft:
+    """A head to train: small random matrices, and the target's own output head (rows
+    ``d2t`` of ``output_rows``: its embeddings when tied) and final norm to start from."""
+    head = Eagle3Draft(cfg, torch.as_tensor(d2t))
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, std=0.02)
+        head.lm_head.weight.copy_(torch.as_tensor(output_rows)[torch.as_tensor(d2t)].cpu())
+        if output_norm is not None and tuple(output_norm.shape) == (cfg.hidden_size,):
+            head.norm.weight.copy_(torch.as_tensor(output_norm).cpu())
+    return head
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
@@ -120,3 +134,15 @@ class Trainer:
 
     def loss(self, losses: list[torch.Tensor]) -> torch.Tensor:
         return sum(w * l for w, l in zip(self.weights, losses)) / sum(self.weights)
+
+    def step(self, opt: torch.optim.Optimizer, rng: np.random.Generator, lr: float) -> tuple[float, list[float]]:
+        """One update on a random batch at learning rate ``lr``: the loss and the per-step agreement."""
+        for group in opt.param_groups:
+            group["lr"] = lr
+        losses, agree = self.losses(self.sample(rng))
+        loss = self.loss(losses)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.head.parameters(), 1.0)
+        opt.step()
+        return float(loss.detach()), agree
