@@ -17,7 +17,8 @@ Data: eagle3's default prompts (held out as ``train_head`` holds them out) and
 ``--self-prompts`` prompts the target writes (its chat template up to the user's turn,
 sampled at temperature 1, kept when the model ends the turn itself), greedy answers of
 up to ``--max-new-tokens``. Training runs ``--train-minutes``: the number of steps is
-fixed after the first steps' time, and the learning rate follows ``train_head``'s schedule.
+fixed after the first steps' time (or given: ``--steps``), and the learning rate follows
+``train_head``'s schedule. ``--init HEAD.gguf`` trains a written head further.
 """
 
 from __future__ import annotations
@@ -155,13 +156,13 @@ def run(args) -> None:
     trainer = fit.Trainer(head, emb, train_set, args.ttt_steps, args.batch_tokens, 0.8, dev)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = np.random.default_rng(args.seed)
-    total, step, t_train, curve = None, 0, time.monotonic(), []
+    total, step, t_train, curve = args.steps, 0, time.monotonic(), []
     probe = 30
     seconds = args.train_minutes * 60
     if args.deadline_minutes:  # (what the deadline leaves, a minute kept for measuring and writing)
         seconds = max(10.0, min(seconds, args.deadline_minutes * 60 - (t_train - t0) - 60))
     while total is None or step < total:
-        if step == probe:  # (the schedule's length, from the time of the first steps)
+        if step == probe and not args.steps:  # (the schedule's length, from the time of the first steps)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             per_step = (time.monotonic() - t_train) / probe
@@ -219,6 +220,7 @@ def main() -> None:
     r.add_argument("--batch-tokens", type=int, default=16384)
     r.add_argument("--lr", type=float, default=2e-3)
     r.add_argument("--train-minutes", type=float, default=4.0)
+    r.add_argument("--steps", type=int, default=None, help="train this many steps (not --train-minutes)")
     r.add_argument("--deadline-minutes", type=float, default=None,
                    help="train for less when the run as a whole would pass this")
     r.add_argument("--outtype", default="q8_0")
