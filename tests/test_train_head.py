@@ -228,6 +228,7 @@ def test_bad_requests_are_refused_before_any_work(tmp_path):
         (dict(prompts=ok, self_prompts=-1), eagle3.InvalidArgumentError, "self_prompts"),
         (dict(prompts=ok, ttt_steps=2.5), eagle3.ArgumentTypeError, "ttt_steps"),
         (dict(prompts=ok, outtype="q4_0"), eagle3.InvalidArgumentError, "outtype"),
+        (dict(prompts=ok, teacher="gpu"), eagle3.InvalidArgumentError, "teacher"),
     ]
     for kwargs, exc, words in cases:
         with pytest.raises(exc, match=words):
@@ -237,6 +238,25 @@ def test_bad_requests_are_refused_before_any_work(tmp_path):
     eagle3.train_head(target, out, ok, **{**QUICK, "tokens": 50, "epochs": 1})
     with pytest.raises(eagle3.InvalidArgumentError, match="other settings"):
         eagle3.train_head(target, tmp_path / "h.gguf", ok, **{**QUICK, "tokens": 50, "epochs": 1, "top_k": 8})
+    with pytest.raises(eagle3.InvalidArgumentError, match="teacher"):  # (its data differs by the rounding)
+        eagle3.train_head(target, tmp_path / "h.gguf", ok, **{**QUICK, "tokens": 50, "epochs": 1, "teacher": "torch"})
+
+
+def test_the_torch_teacher_makes_the_engines_answers_and_a_head_as_good(trained, tmp_path):
+    target, engine_report = trained
+    prompts = _prompts(60, CHAIN.n_vocab)
+    report = eagle3.train_head(target, tmp_path / "head.gguf", prompts, **{**QUICK, "teacher": "torch", "n_seq": 16})
+    assert eagle3.check_pair(target, report.head).ok
+    assert report.held_out_tau >= 3.0, report
+    assert report.answer_tokens == engine_report.answer_tokens
+    # the answers are the engine's own greedy answers, token for token
+    from eagle3.train.data import _Store
+
+    mine, engine = _Store(tmp_path / "head.gguf.work" / "answers", "answers"), \
+        _Store(engine_report.head.with_name("head.gguf.work") / "answers", "answers")
+    assert len(mine.items) >= 40
+    for key, item in mine.items.items():
+        np.testing.assert_array_equal(item["tokens"], engine[key]["tokens"])
 
 
 def test_a_target_whose_hidden_states_cannot_be_read_is_refused(pair_paths, tmp_path):
@@ -261,8 +281,9 @@ def test_cli_train_head(tmp_path, capsys):
     prompts.write_text(json.dumps([p.tolist() for p in _prompts(12, CHAIN.n_vocab)]))
     rc = main(["train-head", str(target), "-o", str(tmp_path / "h.gguf"), "--prompts", str(prompts),
                "--tokens", "100", "--epochs", "1", "--max-new-tokens", "16", "--draft-vocab", "64",
-               "--held-out", "2", "--threads", "2"])
+               "--held-out", "2", "--threads", "2", "--teacher", "torch", "--n-seq", "4"])
     assert rc == 0
+    assert json.loads((tmp_path / "h.gguf.work" / "data.json").read_text())["teacher"] == "torch"
     assert "held-out tau" in capsys.readouterr().out
     assert eagle3.check_pair(target, tmp_path / "h.gguf").ok
     shutil.rmtree(tmp_path / "h.gguf.work")

@@ -406,9 +406,10 @@ def cmd_train_head(args: argparse.Namespace) -> int:
 
     prompts = _prompt_file(args.prompts) if args.prompts else None
     report = train_head(args.target, args.out, prompts, self_prompts=args.self_prompts, tokens=args.tokens,
-                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, epochs=args.epochs, draft_vocab_size=args.draft_vocab,
-                        layers=args.target_layers, seed=args.seed, work_dir=args.work_dir, threads=args.threads,
-                        device=args.device, held_out=args.held_out, ttt_steps=args.ttt_steps,
+                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, epochs=args.epochs,
+                        draft_vocab_size=args.draft_vocab, layers=args.target_layers, seed=args.seed,
+                        work_dir=args.work_dir, threads=args.threads, device=args.device, teacher=args.teacher,
+                        n_seq=args.n_seq, held_out=args.held_out, ttt_steps=args.ttt_steps,
                         batch_tokens=args.batch_tokens, lr=args.lr, outtype=args.outtype)
     print(f"head: {report.head} ({report.answer_tokens} answer tokens from {report.train_examples} prompts, "
           f"{report.steps} steps; held-out tau {report.held_out_tau:.2f} at n_draft_max 4)")
@@ -566,6 +567,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", help="data and checkpoints (default: OUT.work); a stopped run resumes from it")
     p.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: all usable)")
     p.add_argument("--device", help="torch device (default: cuda when present, else cpu)")
+    p.add_argument("--teacher", choices=["engine", "torch"], default="engine",
+                   help="what makes the answers and features: eagle3's llama.cpp on the CPU (default), or the "
+                        "target's forward in PyTorch on --device (on a GPU, far faster)")
+    p.add_argument("--n-seq", type=_positive, default=8,
+                   help="prompts answered at once (default 8; with --teacher torch on a GPU, hundreds)")
     p.set_defaults(run=cmd_train_head)
 
     p = sub.add_parser("info", help="show a GGUF model's metadata",

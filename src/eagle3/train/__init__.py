@@ -123,7 +123,7 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
                chat: bool = True, layers: Sequence[int] | None = None, draft_vocab_size: int = 8192, top_k: int = 32,
                ttt_steps: int = 5, epochs: float = 4.0, batch_tokens: int = 4096, lr: float = 1e-3,
                step_decay: float = 0.8, held_out: int = 8, seed: int = 0, work_dir: str | os.PathLike | None = None,
-               threads: int | None = None, n_seq: int = 8, device: str | None = None,
+               threads: int | None = None, n_seq: int = 8, device: str | None = None, teacher: str = "engine",
                checkpoint_every: int = 50, outtype: str = "f16", progress: bool = True) -> TrainReport:
     """Train an EAGLE-3 head for the GGUF ``target`` and write it to ``out``.
 
@@ -146,6 +146,10 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
       prompts reuses the answers and features of those it shares;
       ``seed`` fixes every draw.
     - ``device``: a torch device (default ``cuda`` when present, else the CPU).
+    - ``teacher``: what makes the answers and features: ``"engine"`` (eagle3's
+      llama.cpp, on the CPU) or ``"torch"`` (:class:`eagle3.train.torch_target.TorchTarget`,
+      the same GGUF's forward in PyTorch on ``device``, ``n_seq`` prompts at a time: on a
+      GPU, far faster; llama, qwen2 and qwen3 targets).
     - ``outtype``: the head's matrices in ``"f16"`` or ``"q8_0"``.
 
     Returns a :class:`TrainReport`; the head passes :func:`check_pair` with
@@ -166,6 +170,8 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
     max_new_tokens, top_k = as_int(max_new_tokens, "max_new_tokens", 1), as_int(top_k, "top_k", 1)
     ttt_steps, batch_tokens = as_int(ttt_steps, "ttt_steps", 1), as_int(batch_tokens, "batch_tokens", 16)
     draft_vocab_size, held_out = as_int(draft_vocab_size, "draft_vocab_size", 2), as_int(held_out, "held_out", 0)
+    if teacher not in ("engine", "torch"):
+        raise InvalidArgumentError(f"teacher must be 'engine' or 'torch', got {teacher!r}")
     if outtype not in export.OUTTYPES:
         raise InvalidArgumentError(f"outtype must be one of {export.OUTTYPES}, got {outtype!r}")
     seconds: dict[str, float] = {}
@@ -190,18 +196,29 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         # what the cached data depends on (the prompts key each item: other prompts add to it)
         _data.write_manifest(work, dict(target=model.path, target_size=os.path.getsize(model.path), layers=layers,
                                         top_k=top_k, max_new_tokens=max_new_tokens, temperature=temperature,
-                                        **({"seed": seed} if temperature > 0 else {})))
+                                        **({"seed": seed} if temperature > 0 else {}),
+                                        **({"teacher": teacher} if teacher != "engine" else {})))
+        forward = None
+        if teacher == "torch":
+            from eagle3.train.torch_target import TorchTarget
+            try:
+                forward = TorchTarget.from_gguf(model.path, dev)
+            except ValueError as e:
+                raise InvalidArgumentError(str(e)) from None
 
         sequences = _data.answer(model, train_ids, work / "answers", max_new_tokens, temperature, seed, n_seq, threads,
-                                 progress, budget=tokens)
+                                 progress, budget=tokens, teacher=forward)
         n_prompt = [len(p) for p in train_ids[:len(sequences)]]
         held_seqs = _data.answer(model, held_ids, work / "answers", max_new_tokens, temperature, seed, n_seq,
-                                 threads, progress)
+                                 threads, progress, teacher=forward)
         seconds["answers"] = time.monotonic() - t0
         t1 = time.monotonic()
-        train_set = _data.features(model, sequences, n_prompt, layers, top_k, work / "features", threads, progress)
+        shard = max(_data.SHARD_SEQUENCES, n_seq)
+        train_set = _data.features(model, sequences, n_prompt, layers, top_k, work / "features", threads, progress,
+                                   forward, shard)
         held_set = _data.features(model, held_seqs, [len(p) for p in held_ids], layers, top_k, work / "features",
-                                  threads, progress)
+                                  threads, progress, forward, shard)
+        del forward  # (its weights: the head's training needs the memory more)
         seconds["features"] = time.monotonic() - t1
 
         # the head

@@ -115,11 +115,16 @@ class _Store:
 
 
 def answer(model: Model, prompts: list[np.ndarray], folder: Path, max_new_tokens: int, temperature: float,
-           seed: int, n_seq: int, threads: int, progress: bool, budget: int | None = None) -> list[np.ndarray]:
+           seed: int, n_seq: int, threads: int, progress: bool, budget: int | None = None,
+           teacher=None) -> list[np.ndarray]:
     """Prompt + the target's answer for each prompt in order, until the answers
     hold ``budget`` tokens (None: every prompt); answers already in ``folder``
-    are reused, new ones saved there ``SHARD_SEQUENCES`` at a time."""
+    are reused, new ones saved there ``SHARD_SEQUENCES`` (or ``n_seq``) at a time.
+    ``teacher``: a :class:`~eagle3.train.torch_target.TorchTarget` that answers
+    instead of the engine, ``n_seq`` prompts at a time."""
     store = _Store(folder, "answers")
+    shard = max(SHARD_SEQUENCES, n_seq)
+    stop = [t for t in range(model.n_vocab) if model.is_eog(t)] if teacher is not None else []
     keys = [_key(p) for p in prompts]
     longest = max(len(p) for p in prompts) + max_new_tokens + 1
     # counts what stops the run: answer tokens against the budget, or prompts
@@ -132,17 +137,22 @@ def answer(model: Model, prompts: list[np.ndarray], folder: Path, max_new_tokens
 
     def run(rows: list[int]) -> int:
         nonlocal ctx
-        if ctx is None:
+        if ctx is None and teacher is None:
             ctx = Context(model, n_ctx=n_seq * longest, n_batch=max(512, longest), n_seq_max=n_seq,
                           n_threads=threads)
         seqs = []
         for i in range(0, len(rows), n_seq):
             batch = [prompts[j] for j in rows[i:i + n_seq]]
             # (sampled answers: the seed follows the batch's first prompt, not its place in the list)
-            gens = ctx.generate_batch(batch, max_new_tokens, temperature=temperature,
-                                      seed=(seed + int(keys[rows[i]][:8], 16)) % 2**32)
-            seqs += [np.concatenate([p, g.tokens]).astype(np.int32) for p, g in zip(batch, gens)]
-            advance(len(batch), sum(len(g.tokens) for g in gens))
+            batch_seed = (seed + int(keys[rows[i]][:8], 16)) % 2**32
+            if teacher is None:
+                gens = [g.tokens for g in ctx.generate_batch(batch, max_new_tokens, temperature=temperature,
+                                                             seed=batch_seed)]
+            else:
+                gens = teacher.generate(batch, max_new_tokens, stop, batch=n_seq, temperature=temperature,
+                                        seed=batch_seed)
+            seqs += [np.concatenate([p, g]).astype(np.int32) for p, g in zip(batch, gens)]
+            advance(len(batch), sum(len(g) for g in gens))
         store.add([keys[j] for j in rows], [{"tokens": s} for s in seqs])
         return sum(len(s) - len(prompts[j]) for s, j in zip(seqs, rows))
 
@@ -158,7 +168,7 @@ def answer(model: Model, prompts: list[np.ndarray], folder: Path, max_new_tokens
             advance(1, n)
         else:
             pending.append(j)
-            if len(pending) == SHARD_SEQUENCES:
+            if len(pending) == shard:
                 answered += run(pending)
                 pending = []
     if pending:
@@ -176,21 +186,28 @@ def answer(model: Model, prompts: list[np.ndarray], folder: Path, max_new_tokens
 
 
 def features(model: Model, sequences: list[np.ndarray], n_prompt: list[int], layers: Sequence[int], top_k: int,
-             folder: Path, threads: int, progress: bool) -> Dataset:
+             folder: Path, threads: int, progress: bool, teacher=None, shard: int = SHARD_SEQUENCES) -> Dataset:
     """Decode every sequence with ``layers`` captured; keep the features and the teacher's
-    top-k. Sequences already in ``folder`` are reused, new ones saved there."""
+    top-k. Sequences already in ``folder`` are reused, new ones saved there ``shard`` at a
+    time. ``teacher``: a :class:`~eagle3.train.torch_target.TorchTarget` that computes them
+    instead of the engine."""
     store = _Store(folder, "features")
     keys = [_key(s) for s in sequences]
     missing = [i for i in _first_of_each(keys) if keys[i] not in store]
     bar = Progress("features", len(sequences), progress)
     bar.advance(len(sequences) - len(missing))
-    if missing:
+    if missing and teacher is not None:
+        for at in range(0, len(missing), shard):
+            rows = missing[at:at + shard]
+            store.add([keys[i] for i in rows], _torch_items(teacher, [sequences[i] for i in rows], layers, top_k))
+            bar.advance(len(rows))
+    elif missing:
         longest = max(len(sequences[i]) for i in missing)
         with Context(model, n_ctx=longest, n_batch=longest, n_ubatch=min(512, longest), n_seq_max=1,
                      n_threads=threads) as ctx:
             ctx.capture_layer_inputs(layers)
-            for at in range(0, len(missing), SHARD_SEQUENCES):
-                rows = missing[at:at + SHARD_SEQUENCES]
+            for at in range(0, len(missing), shard):
+                rows = missing[at:at + shard]
                 items = []
                 for i in rows:
                     items.append(_one(ctx, sequences[i], layers, top_k))
@@ -210,6 +227,14 @@ def _first_of_each(keys: list[str]) -> list[int]:
     for i, key in enumerate(keys):
         first.setdefault(key, i)
     return sorted(first.values())
+
+
+def _torch_items(teacher, sequences: list[np.ndarray], layers: Sequence[int], top_k: int) -> list[dict]:
+    """What :func:`_one` keeps of each sequence, computed by a TorchTarget for all of them at once."""
+    feats, ids, top = (t.cpu().numpy() for t in teacher.features(sequences, tuple(layers), top_k))
+    cut = np.cumsum([len(s) for s in sequences])[:-1]
+    return [dict(features=f, top_ids=i, top_logits=v.astype(np.float16))
+            for f, i, v in zip(np.split(feats, cut), np.split(ids, cut), np.split(top, cut))]
 
 
 def _one(ctx: Context, tokens: np.ndarray, layers: Sequence[int], top_k: int) -> dict[str, np.ndarray]:
