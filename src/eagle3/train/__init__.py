@@ -180,6 +180,11 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         if _core.eagle3_target_support(model.architecture) < 1:
             raise InvalidArgumentError(f"llama.cpp's EAGLE-3 cannot read hidden states from a '{model.architecture}' "
                                        f"target (its graph does not record its layers' inputs)")
+        if teacher == "torch":
+            from eagle3.train.torch_target import ROPE_NEOX
+            if model.architecture not in ROPE_NEOX:
+                raise InvalidArgumentError(f"teacher='torch' has no PyTorch forward for a '{model.architecture}' "
+                                           f"target (it has: {', '.join(sorted(ROPE_NEOX))}); use teacher='engine'")
         layers = _layers(model, layers)
         shape = _shape(model)
         torch.manual_seed(seed)
@@ -201,10 +206,7 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
         forward = None
         if teacher == "torch":
             from eagle3.train.torch_target import TorchTarget
-            try:
-                forward = TorchTarget.from_gguf(model.path, dev)
-            except ValueError as e:
-                raise InvalidArgumentError(str(e)) from None
+            forward = TorchTarget.from_gguf(model.path, dev)
 
         sequences = _data.answer(model, train_ids, work / "answers", max_new_tokens, temperature, seed, n_seq, threads,
                                  progress, budget=tokens, teacher=forward)

@@ -9,7 +9,9 @@
 
 Both stages keep what they make in shards of the work folder, keyed by the
 tokens it was made from: an interrupted run resumes where it stopped, and a
-run over more prompts computes only the new ones.
+run over more prompts computes only the new ones. With a ``teacher``
+(:class:`~eagle3.train.torch_target.TorchTarget`, the same GGUF's forward in
+PyTorch) both stages run there instead, many sequences at a time (on a GPU).
 """
 
 from __future__ import annotations

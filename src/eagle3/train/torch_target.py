@@ -223,9 +223,9 @@ class TorchTarget:
         parts: dict[int, tuple] = {}
         lo = 0
         while lo < len(order):
-            longest = len(sequences[order[lo]])
+            first = len(sequences[order[lo]])  # (sorted: the shortest; one longer than the budget goes alone)
             hi = lo + 1
-            while hi < len(order) and (hi - lo + 1) * len(sequences[order[hi]]) <= max(batch_tokens, longest):
+            while hi < len(order) and (hi - lo + 1) * len(sequences[order[hi]]) <= max(batch_tokens, first):
                 hi += 1
             rows = order[lo:hi]
             B, T = len(rows), max(len(sequences[i]) for i in rows)
