@@ -74,8 +74,8 @@ def _import_training_modules(gguf_py: str):
     sys.modules.setdefault("eagle3._build_config", config)
     import gguf
 
-    from eagle3.train import export, fit, head, torch_target
-    return gguf, export, fit, head, torch_target
+    from eagle3.train import data, export, fit, head, torch_target
+    return gguf, data, export, fit, head, torch_target
 
 
 def _log(msg: str, t0: float) -> None:
@@ -86,7 +86,7 @@ def run(args) -> None:
     import torch
 
     t0 = time.monotonic()
-    gguf, export, fit, head_mod, torch_target = _import_training_modules(args.gguf_py)
+    gguf, data, export, fit, head_mod, torch_target = _import_training_modules(args.gguf_py)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -121,12 +121,11 @@ def run(args) -> None:
     seqs = [np.concatenate([p, a]).astype(np.int32) for p, a in zip(prompts + held_ids, answers)]
     _log(f"answers: {sum(len(a) for a in answers[:len(prompts)])} tokens for {len(prompts)} prompts", t0)
 
-    def dataset(sequences, n_prompt):
+    def dataset(sequences, n_prompt):  # (features and teacher logits stay on the GPU)
         feats, ids, top = target.features(sequences, layers, args.top_k, batch_tokens=args.feature_batch_tokens)
         offsets = np.concatenate([[0], np.cumsum([len(s) for s in sequences])]).astype(np.int64)
-        return types.SimpleNamespace(tokens=np.concatenate(sequences), offsets=offsets,
-                                     n_prompt=np.asarray(n_prompt, np.int32), features=feats,
-                                     top_ids=ids.cpu().numpy(), top_logits=top)
+        return data.Dataset(np.concatenate(sequences), offsets, np.asarray(n_prompt, np.int32), feats,
+                            ids.cpu().numpy(), top)
 
     train_set = dataset(seqs[:len(prompts)], [len(p) for p in prompts])
     held_set = dataset(seqs[len(prompts):], [len(p) for p in held_ids])
@@ -134,11 +133,9 @@ def run(args) -> None:
     _log(f"features: {len(train_set.tokens)} tokens ({n_answer} in answers)", t0)
 
     # the draft vocabulary: how much of the held-out teacher's first choices each size covers
-    held_first = held_set.top_ids[:, 0]
-    coverage = {}
-    for size in (2048, 4096, 8192, 16384):
-        d2t = fit.draft_vocabulary(train_set, target.shape.n_vocab, size, stop)
-        coverage[size] = float(np.isin(held_first, d2t).mean())
+    vocabularies = {size: fit.draft_vocabulary(train_set, target.shape.n_vocab, size, stop)
+                    for size in sorted({2048, 4096, 8192, 16384, args.draft_vocab})}
+    coverage = {size: float(np.isin(held_set.top_ids[:, 0], d2t).mean()) for size, d2t in vocabularies.items()}
     _log(f"held-out first choices in the draft vocabulary: {coverage}", t0)
     if args.init:  # (a head to train further: its draft vocabulary and shape stay)
         head = export.read_head(args.init, gguf=gguf)
@@ -146,7 +143,7 @@ def run(args) -> None:
             raise SystemExit(f"{args.init} reads layers {head.cfg.aux_layers}, not this target's {layers}")
         d2t = head.d2t.numpy()
     else:
-        d2t = fit.draft_vocabulary(train_set, target.shape.n_vocab, args.draft_vocab, stop)
+        d2t = vocabularies[args.draft_vocab]
         cfg = head_mod.DraftConfig(**meta["shape"], draft_vocab_size=len(d2t), aux_layers=layers,
                                    max_position_embeddings=meta["context_length"])
         torch.manual_seed(args.seed)
@@ -177,10 +174,7 @@ def run(args) -> None:
             _log(f"step {step}/{total}: loss {recent[0]:.3f}, agreement per step "
                  f"{', '.join(f'{a:.3f}' for a in recent[1:])}", t0)
     head.eval()
-    held = fit.Trainer(head, emb, held_set, args.ttt_steps, args.batch_tokens, 0.8, dev)
-    with torch.no_grad():
-        parts = [held.losses(held.sample(rng, np.array([i]))) for i in range(len(held))]
-    held_agree = np.mean([p[1] for p in parts], 0).tolist()
+    _, held_agree = fit.Trainer(head, emb, held_set, args.ttt_steps, args.batch_tokens, 0.8, dev).held_out()
     _log(f"held-out agreement per draft step: {', '.join(f'{a:.3f}' for a in held_agree)}", t0)
 
     args.out.mkdir(parents=True, exist_ok=True)

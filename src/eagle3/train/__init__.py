@@ -268,11 +268,8 @@ def train_head(target: str | os.PathLike, out: str | os.PathLike, prompts: Seque
                 tmp.replace(ckpt)
         bar.done()
         head.eval()
-        held_trainer = fit.Trainer(head, embeddings, held_set, ttt_steps, batch_tokens, step_decay, dev)
-        with torch.no_grad():
-            parts = [held_trainer.losses(held_trainer.sample(rng, np.array([i]))) for i in range(len(held_set))]
-        held_loss = np.mean([[float(x) for x in p[0]] for p in parts], 0).tolist()
-        held_agree = np.mean([p[1] for p in parts], 0).tolist()
+        held_loss, held_agree = fit.Trainer(head, embeddings, held_set, ttt_steps, batch_tokens, step_decay,
+                                            dev).held_out()
         seconds["training"] = time.monotonic() - t2
 
         head.cpu()

@@ -21,22 +21,24 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from eagle3._core import Batch
-from eagle3.context import Context
 from eagle3.errors import InvalidArgumentError
-from eagle3.model import Model
 from eagle3.train.progress import Progress
+
+if TYPE_CHECKING:  # (the engine is imported where it runs: Dataset and the stores need no extension)
+    from eagle3.context import Context
+    from eagle3.model import Model
 
 SHARD_SEQUENCES = 32
 
 
 @dataclass
 class Dataset:
-    """Training examples, concatenated: example i is ``tokens[offsets[i]:offsets[i+1]]``."""
+    """Training examples, concatenated: example i is ``tokens[offsets[i]:offsets[i+1]]``.
+    (Features and logits may also be torch tensors already on the training device.)"""
 
     tokens: np.ndarray       # int32 [N]
     offsets: np.ndarray      # int64 [n + 1]
@@ -140,6 +142,7 @@ def answer(model: Model, prompts: list[np.ndarray], folder: Path, max_new_tokens
     def run(rows: list[int]) -> int:
         nonlocal ctx
         if ctx is None and teacher is None:
+            from eagle3.context import Context
             ctx = Context(model, n_ctx=n_seq * longest, n_batch=max(512, longest), n_seq_max=n_seq,
                           n_threads=threads)
         seqs = []
@@ -204,6 +207,7 @@ def features(model: Model, sequences: list[np.ndarray], n_prompt: list[int], lay
             store.add([keys[i] for i in rows], _torch_items(teacher, [sequences[i] for i in rows], layers, top_k))
             bar.advance(len(rows))
     elif missing:
+        from eagle3.context import Context
         longest = max(len(sequences[i]) for i in missing)
         with Context(model, n_ctx=longest, n_batch=longest, n_ubatch=min(512, longest), n_seq_max=1,
                      n_threads=threads) as ctx:
@@ -241,6 +245,8 @@ def _torch_items(teacher, sequences: list[np.ndarray], layers: Sequence[int], to
 
 def _one(ctx: Context, tokens: np.ndarray, layers: Sequence[int], top_k: int) -> dict[str, np.ndarray]:
     import torch
+
+    from eagle3._core import Batch
 
     ctx.clear()
     ctx.decode(Batch.from_tokens(tokens, output="all"))

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from eagle3.train.data import Dataset
 from eagle3.train.head import DraftConfig, Eagle3Draft
-
-if TYPE_CHECKING:  # (this module needs PyTorch alone, not eagle3's extension)
-    from eagle3.train.data import Dataset
 
 
 def draft_vocabulary(data: Dataset, n_vocab: int, size: int, keep: list[int]) -> np.ndarray:
@@ -86,7 +83,7 @@ class Trainer:
     def __len__(self) -> int:
         return len(self.lengths)
 
-    def sample(self, rng: np.random.Generator, examples: np.ndarray | None = None) -> Examples:
+    def sample(self, rng: np.random.Generator | None, examples: np.ndarray | None = None) -> Examples:
         """Random whole examples up to ``batch_tokens`` tokens (or the given ones)."""
         lengths = self.lengths
         if examples is None:
@@ -134,6 +131,13 @@ class Trainer:
 
     def loss(self, losses: list[torch.Tensor]) -> torch.Tensor:
         return sum(w * l for w, l in zip(self.weights, losses)) / sum(self.weights)
+
+    @torch.no_grad()
+    def held_out(self) -> tuple[list[float], list[float]]:
+        """Per draft step, the loss and the agreement, averaged over the examples taken one at a time."""
+        parts = [self.losses(self.sample(None, np.array([i]))) for i in range(len(self))]
+        return (np.mean([[float(x) for x in p[0]] for p in parts], 0).tolist(),
+                np.mean([p[1] for p in parts], 0).tolist())
 
     def step(self, opt: torch.optim.Optimizer, rng: np.random.Generator, lr: float) -> tuple[float, list[float]]:
         """One update on a random batch at learning rate ``lr``: the loss and the per-step agreement."""
