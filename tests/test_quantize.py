@@ -53,3 +53,27 @@ def test_a_vocab_only_model_tokenizes_and_reports_no_layers(wide):
     with eagle3.Model(wide, vocab_only=True) as model:
         assert model.n_layer == 0 and model.n_head == 0 and model.n_head_kv == 0
         assert model.tokenize("hello").dtype == np.int32
+
+
+def test_a_failed_quantization_leaves_dst_as_it_was(wide, tmp_path):
+    q8 = tmp_path / "q8.gguf"
+    eagle3.quantize(wide, q8, "Q8_0", threads=1)
+    dst = tmp_path / "earlier.gguf"
+    dst.write_bytes(b"an earlier file")
+    with pytest.raises(eagle3.ModelLoadError, match="requantiz"):
+        eagle3.quantize(q8, dst, "Q4_0", threads=1)  # requantizing is refused by default
+    assert dst.read_bytes() == b"an earlier file"
+    with pytest.raises(eagle3.ModelLoadError, match="requantiz"):
+        eagle3.quantize(q8, tmp_path / "new.gguf", "Q4_0", threads=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier.gguf", "q8.gguf"]
+
+
+def test_allow_requantize_quantizes_a_quantized_model(wide, tmp_path):
+    q8 = tmp_path / "q8.gguf"
+    eagle3.quantize(wide, q8, "Q8_0", threads=1)
+    eagle3.quantize(q8, tmp_path / "q4.gguf", "Q4_0", threads=1, allow_requantize=True)
+    _, _, tensors = eagle3.read_gguf(tmp_path / "q4.gguf")
+    assert tensors["blk.0.ffn_up.weight"].type == "q4_0"
+    with eagle3.Model(tmp_path / "q4.gguf") as model, eagle3.Context(model, n_ctx=64) as ctx:
+        ctx.decode(eagle3.Batch.from_tokens(model.tokenize("hello")))
+        assert np.isfinite(ctx.logits(-1)).all()

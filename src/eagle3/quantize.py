@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 from eagle3 import _core
 from eagle3._validate import as_int
@@ -21,7 +22,7 @@ FILE_TYPES = {
 
 
 def quantize(src: str | os.PathLike, dst: str | os.PathLike, file_type: str, *, pure: bool = False,
-             threads: int = 0) -> None:
+             threads: int = 0, allow_requantize: bool = False) -> None:
     """Write ``src`` quantized to ``file_type`` (a name of :data:`FILE_TYPES`,
     such as ``"Q4_K_M"``) as ``dst``.
 
@@ -29,7 +30,12 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, file_type: str, *, 
     precision as ``llama-quantize`` does; ``pure=True`` gives every matrix
     ``file_type``'s base type (tensors whose rows do not fit its blocks fall
     back to another type either way). ``threads=0`` uses every CPU.
-    The source must load as a model; a failure raises :class:`ModelLoadError`.
+    A source that is already quantized is refused unless
+    ``allow_requantize=True`` (requantizing loses more than quantizing from
+    f16 or f32 does).
+    The source must load as a model; a failure raises :class:`ModelLoadError`
+    and leaves ``dst`` as it was: the quantizer writes a temporary file beside
+    it, renamed to ``dst`` only once complete.
     """
     if not isinstance(file_type, str):
         raise ArgumentTypeError(f"file_type must be a str, got {type(file_type).__name__}")
@@ -47,4 +53,12 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, file_type: str, *, 
         raise InvalidArgumentError(f"{dst}: its folder does not exist")
     with Model(src, vocab_only=True):  # every check a model load makes, before llama.cpp reads tensors
         pass
-    _core.quantize_file(src, dst, ftype, threads, bool(pure), False, file_type)
+    fd, partial = tempfile.mkstemp(prefix=os.path.basename(dst) + ".", suffix=".partial",
+                                   dir=os.path.dirname(os.path.abspath(dst)))
+    os.close(fd)
+    try:
+        _core.quantize_file(src, partial, ftype, threads, bool(pure), bool(allow_requantize), file_type)
+        os.replace(partial, dst)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
