@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -77,3 +79,12 @@ def test_allow_requantize_quantizes_a_quantized_model(wide, tmp_path):
     with eagle3.Model(tmp_path / "q4.gguf") as model, eagle3.Context(model, n_ctx=64) as ctx:
         ctx.decode(eagle3.Batch.from_tokens(model.tokenize("hello")))
         assert np.isfinite(ctx.logits(-1)).all()
+
+
+def test_the_written_file_gets_the_permissions_of_any_new_file(wide, tmp_path):
+    old = os.umask(0o022)
+    try:
+        eagle3.quantize(wide, tmp_path / "q.gguf", "Q8_0", threads=1)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "q.gguf").stat().st_mode & 0o777 == 0o644

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 
 from eagle3 import _core
 from eagle3._validate import as_int
@@ -53,9 +53,8 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, file_type: str, *, 
         raise InvalidArgumentError(f"{dst}: its folder does not exist")
     with Model(src, vocab_only=True):  # every check a model load makes, before llama.cpp reads tensors
         pass
-    fd, partial = tempfile.mkstemp(prefix=os.path.basename(dst) + ".", suffix=".partial",
-                                   dir=os.path.dirname(os.path.abspath(dst)))
-    os.close(fd)
+    # created by the quantizer itself, so that it gets the permissions any new file gets
+    partial = f"{os.path.abspath(dst)}.{os.getpid()}-{secrets.token_hex(4)}.partial"
     try:
         _core.quantize_file(src, partial, ftype, threads, bool(pure), bool(allow_requantize), file_type)
         os.replace(partial, dst)
