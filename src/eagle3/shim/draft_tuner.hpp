@@ -11,22 +11,30 @@ namespace e3 {
 
 // n_draft_max="auto": the draft length that gives the most tokens per second,
 // from the session's own measurements. A round with k drafted tokens per
-// sequence is modelled as t_fixed + (tokens drafted) * t_per_draft, where
-// t_fixed is a measured round without drafts (verify + process); it yields
+// sequence is modelled as t_fixed + (tokens drafted) * t_per_draft(k), where
+// t_fixed is a measured round without drafts (verify + process) and
+// t_per_draft(k) what each drafted token added in the rounds that drafted k
+// per sequence (a verify pass's cost grows faster than its size on a CPU:
+// the second token of a pass can cost half what the third does); a length
+// not measured yet takes the average over all lengths. A round yields
 // 1 + sum_j prod_{i<j} p_i tokens per sequence, p_i being the acceptance of
 // draft position i once reached (its prior: the position before it, weighted
 // as two drafts; 1/2 for the first). Plain decoding (no draft and no process)
 // costs t_plain a step; when it beats every draft length the generation goes
-// on plainly. Costs carry over to the session's next generations (acceptance
-// at half weight), and every relearn_every-th generation measures afresh.
+// on plainly, but not before the shortest length has been measured on its
+// own. Costs carry over to the session's next generations (acceptance at half
+// weight), and every relearn_every-th generation measures afresh.
 struct draft_tuner {
     static constexpr int32_t probe_every = 64;   // rounds between fixed-cost probes (the first ones first)
     static constexpr int32_t relearn_every = 8;  // generations between fresh starts
     static constexpr double  smoothing = 0.3;    // weight of a new measurement
+    static constexpr int32_t position_samples = 16;  // drafts reaching a position before its acceptance is known
 
     double t_fixed = 0.0;      // a round without drafts: one-token verify + process
     double t_plain = 0.0;      // a plain step: one-token verify
     double t_per_draft = 0.0;  // each drafted token: its draft step, verify row, process row
+    std::vector<double> t_per_draft_at;  // the same from the rounds that drafted k per sequence
+    std::vector<int32_t> n_rounds_at;    // how many such rounds (index k)
     int32_t n_spec_rounds = 0;
     int32_t last_pass = 0;     // the tokens of the last verify pass
     bool skipped = false;      // the last round was not counted
@@ -37,6 +45,8 @@ struct draft_tuner {
         *this = draft_tuner{};
         reached.assign(std::max(n_draft, 1), 0);
         accepted.assign(std::max(n_draft, 1), 0);
+        t_per_draft_at.assign(std::max(n_draft, 1) + 1, 0.0);
+        n_rounds_at.assign(std::max(n_draft, 1) + 1, 0);
     }
 
     // a new generation of the same session: the costs stand, acceptance counts half
@@ -72,11 +82,18 @@ struct draft_tuner {
         }
     }
 
+    // whether draft position i (0: the first) has been reached too few times to
+    // know its acceptance: a session drafts one longer after a full accept
+    // until it has (each longer round costs more and changes the pass size)
+    bool learning(int32_t i) const {
+        return i < (int32_t) reached.size() && reached[i] < position_samples;
+    }
+
     // A round whose verify pass is of a size not met before grows llama.cpp's
     // compute buffers, and one whose size differs from the last rebuilds the
     // target's graph (llama.cpp reuses only the last): neither is what a round
     // costs. Where the size changes every round, every other round counts.
-    void add_round(double t_round, int32_t n_drafted, int32_t n_pass) {
+    void add_round(double t_round, int32_t n_drafted, int32_t n_pass, int32_t n_live) {
         if ((size_t) n_pass >= seen.size()) {
             seen.resize(n_pass + 1, 0);
         }
@@ -85,9 +102,20 @@ struct draft_tuner {
         last_pass = n_pass;
         skipped = skip;
         if (n_drafted > 0 && t_fixed > 0.0 && !skip) {
-            blend(t_per_draft, std::max(0.0, t_round - t_fixed) / n_drafted);
+            const double per_draft = std::max(0.0, t_round - t_fixed) / n_drafted;
+            blend(t_per_draft, per_draft);
+            const int32_t k = std::min((n_drafted + n_live - 1) / std::max(n_live, 1), (int32_t) n_rounds_at.size() - 1);
+            if (k >= 0) {
+                blend(t_per_draft_at[k], per_draft);
+                n_rounds_at[k]++;
+            }
             n_spec_rounds++;
         }
+    }
+
+    // what each drafted token costs in a round that drafts k per sequence
+    double cost_per_draft(int32_t k) const {
+        return k < (int32_t) n_rounds_at.size() && n_rounds_at[k] >= 2 ? t_per_draft_at[k] : t_per_draft;
     }
 
     // the best draft length in [n_min, n_draft] for n_live sequences (0:
@@ -108,11 +136,17 @@ struct draft_tuner {
             p = (accepted[i] + 2.0 * p) / (reached[i] + 2.0);
             reach *= p;
             tokens += reach;
-            const double rate = tokens / (t_fixed + n_live * k * t_per_draft);
+            const double rate = tokens / (t_fixed + n_live * k * cost_per_draft(k));
             if (k >= n_min && rate > best_rate) {
                 best_rate = rate;
                 best_k = k;
             }
+        }
+        // plain decoding is final: first measure the shortest length on its own
+        // (an average over longer drafts overstates what a short one costs)
+        const int32_t k_min = std::max(n_min, 1);
+        if (best_k == 0 && k_min <= n_draft && k_min < (int32_t) n_rounds_at.size() && n_rounds_at[k_min] < 2) {
+            return k_min;
         }
         return best_k;
     }

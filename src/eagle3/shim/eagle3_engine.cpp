@@ -974,11 +974,12 @@ static int commit(e3_engine * e, int32_t & n_left, e3_error * err) {
             }
             if (e->adaptive) {
                 e->tuner.add_draft(s.draft_len, n_acc);
-                // one longer after a full accept (to keep learning the next
-                // position); after a rejection, the tuner's length or, until it
-                // decides, the accepted length + 1
+                // one longer after a full accept while the next position's
+                // acceptance is still being learned; otherwise the tuner's
+                // length or, until it decides, the accepted length + 1
                 const int32_t base = e->best_cap > 0 ? e->best_cap : std::max(e->n_min, n_acc + 1);
-                s.cap = n_acc == s.draft_len ? std::min(s.cap + 1, e->n_draft) : base;
+                const bool learn_next = n_acc == s.draft_len && e->tuner.learning(s.draft_len);
+                s.cap = learn_next ? std::min(s.cap + 1, e->n_draft) : base;
             }
         }
         if (e->tracing) {
@@ -1018,7 +1019,7 @@ static void tune(e3_engine * e, bool probe, double t_round, double t_process, in
     if (probe) {
         e->tuner.add_probe(e->total.c.n_rounds - 1, t_round, t_process, n_live);
     } else {
-        e->tuner.add_round(t_round, n_drafted, n_live + n_drafted);
+        e->tuner.add_round(t_round, n_drafted, n_live + n_drafted, n_live);
     }
     const int32_t best = e->tuner.best(e->n_min, e->n_draft, std::max(n_left, 1));
     if (best < 0) {
