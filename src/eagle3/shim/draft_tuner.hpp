@@ -29,6 +29,7 @@ struct draft_tuner {
     static constexpr int32_t relearn_every = 8;  // generations between fresh starts
     static constexpr double  smoothing = 0.3;    // weight of a new measurement
     static constexpr int32_t position_samples = 16;  // drafts reaching a position before its acceptance is known
+    static constexpr int32_t rounds_to_decide = 6;   // rounds at the shortest length before plain decoding can win
 
     double t_fixed = 0.0;      // a round without drafts: one-token verify + process
     double t_plain = 0.0;      // a plain step: one-token verify
@@ -118,6 +119,35 @@ struct draft_tuner {
         return k < (int32_t) n_rounds_at.size() && n_rounds_at[k] >= 2 ? t_per_draft_at[k] : t_per_draft;
     }
 
+    // tokens per second and sequence when each of n_live sequences drafts k
+    // (k >= 1), from the costs measured so far; with optimistic, the last
+    // position's acceptance is taken as 1 (what a length not yet learned could
+    // give at best)
+    double rate(int32_t k, int32_t n_live, bool optimistic) const {
+        double tokens = 1.0, reach = 1.0, p = 0.5;
+        for (int32_t j = 1; j <= k; ++j) {
+            const int32_t i = std::min(j - 1, (int32_t) reached.size() - 1);
+            p = (accepted[i] + 2.0 * p) / (reached[i] + 2.0);
+            reach *= optimistic && j == k ? 1.0 : p;
+            tokens += reach;
+        }
+        return tokens / (t_fixed + n_live * k * cost_per_draft(k));
+    }
+
+    // whether a sequence that drafted len tokens, all accepted, should draft
+    // one more next round to learn position len's acceptance: only while it is
+    // unknown and while len + 1 could beat len even if every such draft were
+    // accepted (on a CPU, where a longer verify pass costs more, often it cannot)
+    bool explore_longer(int32_t len, int32_t n_draft, int32_t n_live) const {
+        if (len >= n_draft || !learning(len)) {
+            return false;
+        }
+        if (n_spec_rounds < 1 || t_fixed <= 0.0 || len < 1) {
+            return true;
+        }
+        return rate(len + 1, n_live, true) > rate(len, n_live, false);
+    }
+
     // the best draft length in [n_min, n_draft] for n_live sequences (0:
     // plain decoding), or -1 while there is too little to go on. Plain
     // decoding is final for the generation, so it must win by a margin while
@@ -125,29 +155,25 @@ struct draft_tuner {
     // (a gain inside the timing noise is not worth the risk of a loss; a
     // larger margin gave up on a head that ran 8-10% faster than plain
     // decoding, whose estimate had come out at 3-5% after a few rounds).
+    // Nor is plain decoding chosen before the shortest length has had
+    // rounds_to_decide rounds of its own (an average over longer drafts
+    // overstates what a short one costs).
     int32_t best(int32_t n_min, int32_t n_draft, int32_t n_live) const {
         if (n_spec_rounds < 1 || t_plain <= 0.0) {
             return -1;
         }
-        // tokens per second and sequence; every live sequence drafts k
         int32_t best_k = 0;
         double best_rate = (1.02 - 0.42 / n_spec_rounds) / t_plain;
-        double tokens = 1.0, reach = 1.0, p = 0.5;
-        for (int32_t k = 1; k <= n_draft; ++k) {
-            const int32_t i = std::min(k - 1, (int32_t) reached.size() - 1);
-            p = (accepted[i] + 2.0 * p) / (reached[i] + 2.0);
-            reach *= p;
-            tokens += reach;
-            const double rate = tokens / (t_fixed + n_live * k * cost_per_draft(k));
-            if (k >= n_min && rate > best_rate) {
-                best_rate = rate;
+        for (int32_t k = std::max(n_min, 1); k <= n_draft; ++k) {
+            const double r = rate(k, n_live, false);
+            if (r > best_rate) {
+                best_rate = r;
                 best_k = k;
             }
         }
-        // plain decoding is final: first measure the shortest length on its own
-        // (an average over longer drafts overstates what a short one costs)
         const int32_t k_min = std::max(n_min, 1);
-        if (best_k == 0 && k_min <= n_draft && k_min < (int32_t) n_rounds_at.size() && n_rounds_at[k_min] < 2) {
+        if (best_k == 0 && k_min <= n_draft && k_min < (int32_t) n_rounds_at.size() &&
+            n_rounds_at[k_min] < rounds_to_decide) {
             return k_min;
         }
         return best_k;

@@ -312,6 +312,11 @@ struct e3_engine {
         }
     }
 
+    int32_t n_live_seqs() const {
+        return std::max<int32_t>(1, (int32_t) std::count_if(seqs.begin(), seqs.end(),
+                                                            [](const sequence & s) { return s.live; }));
+    }
+
     int32_t draft_cap(const sequence & s) const {
         if (!drafting()) {
             return 0;
@@ -974,12 +979,13 @@ static int commit(e3_engine * e, int32_t & n_left, e3_error * err) {
             }
             if (e->adaptive) {
                 e->tuner.add_draft(s.draft_len, n_acc);
-                // one longer after a full accept while the next position's
-                // acceptance is still being learned; otherwise the tuner's
-                // length or, until it decides, the accepted length + 1
+                // one longer after a full accept while that teaches something
+                // worth knowing (draft_tuner::explore_longer); otherwise the
+                // tuner's length or, until it decides, the accepted length + 1
                 const int32_t base = e->best_cap > 0 ? e->best_cap : std::max(e->n_min, n_acc + 1);
-                const bool learn_next = n_acc == s.draft_len && e->tuner.learning(s.draft_len);
-                s.cap = learn_next ? std::min(s.cap + 1, e->n_draft) : base;
+                const bool longer = n_acc == s.draft_len &&
+                                    e->tuner.explore_longer(s.draft_len, e->n_draft, e->n_live_seqs());
+                s.cap = longer ? std::min(s.cap + 1, e->n_draft) : base;
             }
         }
         if (e->tracing) {
