@@ -30,6 +30,7 @@ struct draft_tuner {
     static constexpr double  smoothing = 0.3;    // weight of a new measurement
     static constexpr int32_t position_samples = 16;  // drafts reaching a position before its acceptance is known
     static constexpr int32_t rounds_to_decide = 6;   // rounds at the shortest length before plain decoding can win
+    static constexpr double  close_call = 0.95;      // speculation within this of plain decoding is tried again
 
     double t_fixed = 0.0;      // a round without drafts: one-token verify + process
     double t_plain = 0.0;      // a plain step: one-token verify
@@ -37,6 +38,7 @@ struct draft_tuner {
     std::vector<double> t_per_draft_at;  // the same from the rounds that drafted k per sequence
     std::vector<int32_t> n_rounds_at;    // how many such rounds (index k)
     int32_t n_spec_rounds = 0;
+    int32_t n_gen_spec_rounds = 0;  // the same, in this generation
     int32_t last_pass = 0;     // the tokens of the last verify pass
     bool skipped = false;      // the last round was not counted
     std::vector<char> seen;    // verify pass sizes met so far
@@ -60,6 +62,7 @@ struct draft_tuner {
             reached[i] /= 2;
             accepted[i] /= 2;
         }
+        n_gen_spec_rounds = 0;
     }
 
     static void blend(double & avg, double x) { avg = avg == 0.0 ? x : avg + smoothing * (x - avg); }
@@ -111,6 +114,7 @@ struct draft_tuner {
                 n_rounds_at[k]++;
             }
             n_spec_rounds++;
+            n_gen_spec_rounds++;
         }
     }
 
@@ -157,24 +161,37 @@ struct draft_tuner {
     // decoding, whose estimate had come out at 3-5% after a few rounds).
     // Nor is plain decoding chosen before the shortest length has had
     // rounds_to_decide rounds of its own (an average over longer drafts
-    // overstates what a short one costs).
+    // overstates what a short one costs), nor, where speculation came within
+    // close_call of it, before this generation has had as many rounds of its
+    // own: acceptance differs from prompt to prompt, and a near tie decided on
+    // one prompt would otherwise hold for the next ones.
     int32_t best(int32_t n_min, int32_t n_draft, int32_t n_live) const {
         if (n_spec_rounds < 1 || t_plain <= 0.0) {
             return -1;
         }
-        int32_t best_k = 0;
-        double best_rate = (1.02 - 0.42 / n_spec_rounds) / t_plain;
-        for (int32_t k = std::max(n_min, 1); k <= n_draft; ++k) {
+        const int32_t k_min = std::max(n_min, 1);
+        int32_t best_k = 0, best_spec_k = 0;
+        double best_rate = (1.02 - 0.42 / n_spec_rounds) / t_plain, best_spec_rate = 0.0;
+        for (int32_t k = k_min; k <= n_draft; ++k) {
             const double r = rate(k, n_live, false);
+            if (r > best_spec_rate) {
+                best_spec_rate = r;
+                best_spec_k = k;
+            }
             if (r > best_rate) {
                 best_rate = r;
                 best_k = k;
             }
         }
-        const int32_t k_min = std::max(n_min, 1);
-        if (best_k == 0 && k_min <= n_draft && k_min < (int32_t) n_rounds_at.size() &&
-            n_rounds_at[k_min] < rounds_to_decide) {
-            return k_min;
+        if (best_k == 0 && best_spec_k > 0) {
+            const bool unmeasured = k_min < (int32_t) n_rounds_at.size() && n_rounds_at[k_min] < rounds_to_decide;
+            const bool close = best_spec_rate * t_plain >= close_call && n_gen_spec_rounds < rounds_to_decide;
+            if (unmeasured) {
+                return k_min;
+            }
+            if (close) {
+                return best_spec_k;
+            }
         }
         return best_k;
     }
