@@ -21,9 +21,9 @@ namespace e3 {
 // draft position i once reached (its prior: the position before it, weighted
 // as two drafts; 1/2 for the first). Plain decoding (no draft and no process)
 // costs t_plain a step; when it beats every draft length the generation goes
-// on plainly, but not before the shortest length has been measured on its
-// own. Costs carry over to the session's next generations (acceptance at half
-// weight), and every relearn_every-th generation measures afresh.
+// on plainly (see best() for when that may be decided). Costs carry over to
+// the session's next generations (acceptance at half weight), and every
+// relearn_every-th generation measures afresh.
 struct draft_tuner {
     static constexpr int32_t probe_every = 64;   // rounds between fixed-cost probes (the first ones first)
     static constexpr int32_t relearn_every = 8;  // generations between fresh starts
@@ -87,8 +87,7 @@ struct draft_tuner {
     }
 
     // whether draft position i (0: the first) has been reached too few times to
-    // know its acceptance: a session drafts one longer after a full accept
-    // until it has (each longer round costs more and changes the pass size)
+    // know its acceptance (see explore_longer)
     bool learning(int32_t i) const {
         return i < (int32_t) reached.size() && reached[i] < position_samples;
     }
@@ -184,13 +183,11 @@ struct draft_tuner {
             }
         }
         if (best_k == 0 && best_spec_k > 0) {
-            const bool unmeasured = k_min < (int32_t) n_rounds_at.size() && n_rounds_at[k_min] < rounds_to_decide;
-            const bool close = best_spec_rate * t_plain >= close_call && n_gen_spec_rounds < rounds_to_decide;
-            if (unmeasured) {
-                return k_min;
+            if (k_min < (int32_t) n_rounds_at.size() && n_rounds_at[k_min] < rounds_to_decide) {
+                return k_min;  // the shortest length, not yet measured on its own
             }
-            if (close) {
-                return best_spec_k;
+            if (best_spec_rate * t_plain >= close_call && n_gen_spec_rounds < rounds_to_decide) {
+                return best_spec_k;  // a near tie, not yet measured on this generation's prompt
             }
         }
         return best_k;
