@@ -312,11 +312,6 @@ struct e3_engine {
         }
     }
 
-    int32_t n_live_seqs() const {
-        return std::max<int32_t>(1, (int32_t) std::count_if(seqs.begin(), seqs.end(),
-                                                            [](const sequence & s) { return s.live; }));
-    }
-
     int32_t draft_cap(const sequence & s) const {
         if (!drafting()) {
             return 0;
@@ -965,6 +960,8 @@ static int process(e3_engine * e, e3_error * err) {
 // drafts from the target's cache and emit the tokens; n_left: the sequences still live
 static int commit(e3_engine * e, int32_t & n_left, e3_error * err) {
     llama_memory_t mem = llama_get_memory(e->ctx);
+    const int32_t n_live = (int32_t) std::count_if(e->seqs.begin(), e->seqs.end(),
+                                                   [](const sequence & s) { return s.live; });
     n_left = 0;
     for (sequence & s : e->seqs) {
         if (!s.live) {
@@ -984,7 +981,7 @@ static int commit(e3_engine * e, int32_t & n_left, e3_error * err) {
                 // tuner's length or, until it decides, the accepted length + 1
                 const int32_t base = e->best_cap > 0 ? e->best_cap : std::max(e->n_min, n_acc + 1);
                 const bool longer = n_acc == s.draft_len &&
-                                    e->tuner.explore_longer(s.draft_len, e->n_draft, e->n_live_seqs());
+                                    e->tuner.explore_longer(s.draft_len, e->n_draft, n_live);
                 s.cap = longer ? std::min(s.cap + 1, e->n_draft) : base;
             }
         }
