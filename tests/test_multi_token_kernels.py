@@ -78,15 +78,16 @@ def test_a_512_token_pass_gives_each_token_its_one_token_logits(shape_files, fil
         _check_passes(model, [512], 2, np.random.default_rng(5))
 
 
-# q4_1, q5_0, q5_1 and q8_0 take two rows at a time for one or two tokens, row i
-# of a thread's share with row i + half; a share of odd length leaves its middle
-# row alone. 641 output rows are such a share with one thread and, 320/321, with two.
+# q4_1, q5_0, q5_1 and q8_0 take two rows at a time for one or two tokens, f16
+# for up to 16, row i of a thread's share with row i + half; a share of odd
+# length leaves its middle row alone. 641 output rows are such a share with one
+# thread and, 320/321, with two.
 ODD_ROWS = TargetSpec(n_layer=1, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, n_vocab=641, tied=True, seed=34)
 
 
 @exact
 @pytest.mark.parametrize("n_threads", [1, 2])
-@pytest.mark.parametrize("file_type", ["Q8_0", "Q4_1", "Q5_0", "Q5_1"])
+@pytest.mark.parametrize("file_type", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "F16"])
 def test_a_share_of_odd_length_gives_its_lone_row_the_same_logits(tmp_path_factory, file_type, n_threads):
     directory = tmp_path_factory.mktemp("odd")
     path = directory / f"odd-{file_type}.gguf"
@@ -103,12 +104,11 @@ def test_a_share_of_odd_length_gives_its_lone_row_the_same_logits(tmp_path_facto
 MULTI_TOKEN_TYPES = {"q4_0": (True, 4), "q4_k": (True, 4), "iq4_nl": (True, 4), "q4_1": (False, 5), "q8_0": (False, 5),
                      "q5_0": (False, 5), "q5_1": (False, 5), "q2_k": (False, 4), "q3_k": (False, 4),
                      "q5_k": (False, 4), "q6_k": (False, 4), "iq4_xs": (False, 4)}
-# In passes of up to 16 tokens f32, f16 and bf16 take one row with 6 tokens at a
-# time with AVX-512 (32 vector registers), with 3 on AVX2; on AVX-512 without
-# AVX512-BF16, bf16 keeps tinyBLAS.
+# In passes of up to 16 tokens f32 and bf16 take one row with 6 tokens at a
+# time with AVX-512 (32 vector registers), with 3 on AVX2; f16 two rows with 6
+# tokens on both; on AVX-512 without AVX512-BF16, bf16 keeps tinyBLAS.
 _STREAM_TOKENS = 6 if "AVX512 = 1" in eagle3.system_info() else 3
-MULTI_TOKEN_TYPES.update({"f32": (False, _STREAM_TOKENS), "f16": (False, _STREAM_TOKENS),
-                          "bf16": (False, _STREAM_TOKENS)})
+MULTI_TOKEN_TYPES.update({"f32": (False, _STREAM_TOKENS), "f16": (False, 6), "bf16": (False, _STREAM_TOKENS)})
 if "AVX512 = 1" in eagle3.system_info() and "AVX512_BF16 = 1" not in eagle3.system_info():
     del MULTI_TOKEN_TYPES["bf16"]
 
@@ -146,3 +146,24 @@ def test_a_pass_of_k_tokens_loads_each_weight_row_once_per_group_of_tokens(shape
             assert products == k * sum(rows.values()), f"{k} tokens"
             assert row_loads == sum(math.ceil(k / group) * n for group, n in rows.items()), f"{k} tokens"
             at += k
+
+
+# Float weights sum a row in vectors of 8 or 16 values and its last values one
+# by one: a feed-forward width of 100 leaves 4 of them in every row of
+# ffn_down, for one token (f16: tokens as they are) and for several (f16:
+# tokens widened to f32 first).
+LEFTOVERS = TargetSpec(n_layer=1, n_embd=64, n_head=4, n_head_kv=2, n_ff=100, n_vocab=300, tied=True, seed=35)
+
+
+@exact
+@pytest.mark.parametrize("file_type", ["F16", "F32", "BF16"])
+def test_rows_with_leftover_values_give_a_token_its_one_token_logits(tmp_path_factory, file_type):
+    directory = tmp_path_factory.mktemp("leftovers")
+    path = write_target(directory / "leftovers.gguf", LEFTOVERS)
+    if file_type != "F32":
+        quantized = directory / f"leftovers-{file_type}.gguf"
+        eagle3.quantize(path, quantized, file_type)
+        path = quantized
+    with eagle3.Model(path) as model:
+        assert model.tensors["blk.0.ffn_down.weight"].type == file_type.lower()
+        _check_passes(model, [1, 2, 3, 7, 16, 32], 2, np.random.default_rng(6))
