@@ -101,7 +101,7 @@ def test_a_share_of_odd_length_gives_its_lone_row_the_same_logits(tmp_path_facto
 # Types with a multi-token kernel on this build's CPU path: whether ggml repacks
 # them (a repacked matrix needs rows in groups of 8), and how many tokens share
 # one load of a row.
-MULTI_TOKEN_TYPES = {"q4_0": (True, 4), "q4_k": (True, 4), "iq4_nl": (True, 4), "q4_1": (False, 5), "q8_0": (False, 5),
+MULTI_TOKEN_TYPES = {"q4_0": (True, 8), "q4_k": (True, 8), "iq4_nl": (True, 8), "q4_1": (False, 5), "q8_0": (False, 5),
                      "q5_0": (False, 5), "q5_1": (False, 5), "q2_k": (False, 4), "q3_k": (False, 4),
                      "q5_k": (False, 4), "q6_k": (False, 4), "iq4_xs": (False, 4)}
 # In passes of up to 16 tokens f32 takes one row with 6 tokens at a time with
