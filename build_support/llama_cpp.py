@@ -301,6 +301,9 @@ def try_patches(tree: Path, series: Path = SERIES, out=None) -> int:
     return 0
 
 
+NO_AMX_FLAGS = ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
+
+
 def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, examples: bool = False,
                 amx: bool = False, llamafile: bool = True, batch_invariant: bool = True,
                 rpc: bool = True) -> list[str]:
@@ -310,7 +313,7 @@ def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, exam
         # -march=native turns on AMX where the CPU reports it, but virtual
         # machines often report AMX without enabling its state: the first AMX
         # instruction (ggml's q8_0/q4_0 kernels) then dies with SIGILL.
-        flags += ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
+        flags += NO_AMX_FLAGS
     if batch_invariant:
         # The build's ggml patches: every pass size takes the same kernel for a
         # weight type, so a token of a target pass over a draft gets bit for bit
@@ -348,11 +351,33 @@ def _cmake_args(source: Path, out_dir: Path, native: bool, build_type: str, exam
     ]
 
 
+def cpu_reports_amx() -> bool:
+    """Whether this machine's CPU reports Intel AMX tiles (Linux's cpuinfo flags)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("flags") and "amx_tile" in line.split() for line in f)
+    except OSError:
+        return False
+
+
+# Stock's AMX kernels (ggml-cpu/amx/mmq.cpp) died with SIGILL at their first
+# tile instruction (tinygemm_kernel_amx, a q4_1 prompt) on an Intel Xeon VM
+# whose kernel grants AMX and keeps its tile state; so a stock build on a CPU
+# that reports AMX leaves it out, as eagle3's own build does.
+STOCK_WITHOUT_AMX = ("stock llama.cpp is built without AMX on this CPU: its AMX kernels "
+                     "die with SIGILL on the Intel VMs this was measured on")
+
+
 def _stock_cmake_args(build_type: str) -> list[str]:
     """llama.cpp's own defaults, as a user building its tools would get them
-    (no eagle3 option or define); only what cannot change speed is turned off."""
-    return [f"-DCMAKE_BUILD_TYPE={build_type}", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+    (no eagle3 option or define); only what cannot change speed is turned off,
+    and AMX where the CPU reports it (STOCK_WITHOUT_AMX)."""
+    args = [f"-DCMAKE_BUILD_TYPE={build_type}", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
             "-DLLAMA_BUILD_SERVER=OFF", "-DGGML_CCACHE=ON"]
+    if cpu_reports_amx():
+        no_amx = " ".join(NO_AMX_FLAGS)
+        args += [f"-DCMAKE_C_FLAGS={no_amx}", f"-DCMAKE_CXX_FLAGS={no_amx}"]
+    return args
 
 
 def _build_env(source: Path, build_dir: Path) -> dict[str, str]:
@@ -392,6 +417,8 @@ def build(cmake: str, source: Path, build_dir: Path, out_dir: Path, native: bool
                     "--parallel", str(jobs)], env=env, check=True)
 
     if stock:
+        if cpu_reports_amx():
+            print(f"eagle3: {STOCK_WITHOUT_AMX}", flush=True)
         return
     missing = [lib for lib in libraries(rpc) if not (out_dir / lib).exists()]
     if missing:

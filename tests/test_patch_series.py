@@ -177,3 +177,16 @@ def test_the_build_patches_again_only_when_the_series_changes(bs, patches, prist
     with pytest.raises(SystemExit, match="qwen2-layer-inputs.patch does not apply"):
         bs.patch_pinned(sdist, archive_dir, series / "series")
     assert _digests(vendor) == before
+
+
+@pytest.mark.parametrize("reports_amx", [False, True])
+def test_stock_builds_keep_llama_cpps_defaults_but_amx_where_the_cpu_reports_it(bs, monkeypatch, reports_amx):
+    monkeypatch.setattr(bs, "cpu_reports_amx", lambda: reports_amx)
+    args = bs._stock_cmake_args("Release")
+    flags = [a for a in args if a.startswith(("-DCMAKE_C_FLAGS=", "-DCMAKE_CXX_FLAGS="))]
+    if reports_amx:
+        assert flags == [f"-DCMAKE_C_FLAGS={' '.join(bs.NO_AMX_FLAGS)}", f"-DCMAKE_CXX_FLAGS={' '.join(bs.NO_AMX_FLAGS)}"]
+    else:
+        assert flags == []
+    # never eagle3's own define or options
+    assert not any("BATCH_INVARIANT" in a or "GGML_NATIVE" in a or "LLAMAFILE" in a for a in args)
