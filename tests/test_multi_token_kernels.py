@@ -7,7 +7,9 @@ and the quantizer's mixes."""
 
 from __future__ import annotations
 
+import ctypes
 import math
+import platform
 
 import numpy as np
 import pytest
@@ -115,16 +117,44 @@ if _AVX512 and "AVX512_BF16 = 1" not in eagle3.system_info():
     del MULTI_TOKEN_TYPES["bf16"]
 
 
-def _multi_token_rows(model) -> dict[int, int]:
-    """Weight rows one token's pass multiplies through a multi-token kernel, by
-    the number of tokens that share one load of a row."""
-    rows: dict[int, int] = {}
+def _amx_tiles_granted() -> bool:
+    """Whether this process may use Intel AMX int8 tiles: the CPU reports them
+    and the kernel grants them (arch_prctl), as ggml's repacked kernels check."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line.split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    if "amx_tile" not in flags or "amx_int8" not in flags:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
+
+
+# With AMX tiles, repacked q4_0 and iq4_nl take passes of 9 or more tokens
+# through tiles of up to 16 tokens.
+_AMX = _amx_tiles_granted()
+
+
+def _group(ggml_type: str, k: int) -> int:
+    """How many of a pass's k tokens share one load of a weight row."""
+    if _AMX and ggml_type in ("q4_0", "iq4_nl") and k >= 9:
+        return 16
+    return MULTI_TOKEN_TYPES[ggml_type][1]
+
+
+def _multi_token_rows(model) -> dict[str, int]:
+    """Weight rows one token's pass multiplies through a multi-token kernel, by type."""
+    rows: dict[str, int] = {}
     tied = "output.weight" not in model.tensors
     for name, info in model.tensors.items():
         used = name.startswith("blk.") or name == "output.weight" or (tied and name == "token_embd.weight")
-        repacked, group = MULTI_TOKEN_TYPES.get(info.type.lower(), (None, 0))
+        ggml_type = info.type.lower()
+        repacked, _ = MULTI_TOKEN_TYPES.get(ggml_type, (None, 0))
         if used and len(info.shape) == 2 and repacked is not None and not (repacked and info.shape[1] % 8):
-            rows[group] = rows.get(group, 0) + info.shape[1]
+            rows[ggml_type] = rows.get(ggml_type, 0) + info.shape[1]
     return rows
 
 
@@ -146,7 +176,7 @@ def test_a_pass_of_k_tokens_loads_each_weight_row_once_per_group_of_tokens(shape
             ctx.decode(eagle3.Batch.from_tokens(np.arange(10, 10 + k, dtype=np.int32), pos0=at, output="all"))
             products, row_loads = (a - b for a, b in zip(eagle3.multi_token_counts(), before))
             assert products == k * sum(rows.values()), f"{k} tokens"
-            assert row_loads == sum(math.ceil(k / group) * n for group, n in rows.items()), f"{k} tokens"
+            assert row_loads == sum(math.ceil(k / _group(t, k)) * n for t, n in rows.items()), f"{k} tokens"
             at += k
 
 
