@@ -80,6 +80,27 @@ def test_a_512_token_pass_gives_each_token_its_one_token_logits(shape_files, fil
         _check_passes(model, [512], 2, np.random.default_rng(5))
 
 
+# Repacked q4_0, iq4_nl and q4_K weights come in blocks of 8 rows; with AMX a
+# tile takes two blocks side by side, and a share with an odd count of blocks
+# ends with a lone one. 1544 feed-forward rows are 193 blocks (one thread) or
+# shares of 96 and 97 (two threads).
+ODD_BLOCKS = TargetSpec(n_layer=1, n_embd=512, n_head=8, n_head_kv=2, n_ff=1544, n_vocab=384, seed=36)
+
+
+@exact
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("file_type", ["Q4_0", "Q4_K_M", "IQ4_NL"])
+def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(tmp_path_factory, file_type,
+                                                                              n_threads):
+    directory = tmp_path_factory.mktemp("odd-blocks")
+    src = write_target(directory / "odd-blocks.gguf", ODD_BLOCKS)
+    path = directory / f"odd-blocks-{file_type}.gguf"
+    eagle3.quantize(src, path, file_type)
+    with eagle3.Model(path) as model:
+        assert model.tensors["blk.0.ffn_up.weight"].type.lower() == ("q4_k" if file_type == "Q4_K_M" else file_type.lower())
+        _check_passes(model, [1, 2, 5, 9, 13, 16, 32], n_threads, np.random.default_rng(n_threads))
+
+
 # q4_1, q5_0, q5_1 and q8_0 take two rows at a time for one or two tokens, f16
 # for up to 16, row i of a thread's share with row i + half; a share of odd
 # length leaves its middle row alone. 641 output rows are such a share with one
@@ -133,14 +154,15 @@ def _amx_tiles_granted() -> bool:
     return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
 
 
-# With AMX tiles, repacked q4_0 and iq4_nl take passes of 9 or more tokens
-# through tiles of up to 16 tokens.
+# With AMX tiles, repacked q4_0 and iq4_nl take passes of 9 or more tokens,
+# and q4_K passes of 16 or more, through tiles of up to 16 tokens.
 _AMX = _amx_tiles_granted()
+_AMX_FROM = {"q4_0": 9, "iq4_nl": 9, "q4_k": 16}
 
 
 def _group(ggml_type: str, k: int) -> int:
     """How many of a pass's k tokens share one load of a weight row."""
-    if _AMX and ggml_type in ("q4_0", "iq4_nl") and k >= 9:
+    if _AMX and k >= _AMX_FROM.get(ggml_type, k + 1):
         return 16
     return MULTI_TOKEN_TYPES[ggml_type][1]
 
