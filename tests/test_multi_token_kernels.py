@@ -82,8 +82,7 @@ def test_a_512_token_pass_gives_each_token_its_one_token_logits(shape_files, fil
 
 # Repacked q4_0, iq4_nl and q4_K weights come in blocks of 8 rows; with AMX a
 # tile takes two blocks side by side, and a share with an odd count of blocks
-# ends with a lone one. 1544 feed-forward rows are 193 blocks (one thread) or
-# shares of 96 and 97 (two threads).
+# ends with a lone one: 1544 feed-forward rows are 193 blocks.
 ODD_BLOCKS = TargetSpec(n_layer=1, n_embd=512, n_head=8, n_head_kv=2, n_ff=1544, n_vocab=384, seed=36)
 
 
