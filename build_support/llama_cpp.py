@@ -361,11 +361,12 @@ def cpu_reports_amx() -> bool:
 
 
 # Stock's AMX kernels (ggml-cpu/amx/mmq.cpp) died with SIGILL at their first
-# tile instruction (tinygemm_kernel_amx, a q4_1 prompt) on an Intel Xeon VM
-# whose kernel grants AMX and keeps its tile state; so a stock build on a CPU
-# that reports AMX leaves it out, as eagle3's own build does.
-STOCK_WITHOUT_AMX = ("stock llama.cpp is built without AMX on this CPU: its AMX kernels "
-                     "die with SIGILL on the Intel VMs this was measured on")
+# tile instruction on an Intel Xeon VM that grants AMX: built by GCC 12, their
+# tile configuration loses its row and column stores before ldtilecfg (the
+# compiler does not see the builtin read them), so no tile is configured. A
+# stock build on a CPU that reports AMX leaves it out, as eagle3's own does.
+STOCK_WITHOUT_AMX = ("stock llama.cpp is built without AMX on this CPU: its AMX kernels, "
+                     "built by GCC 12, die with SIGILL at their first tile instruction")
 
 
 def _stock_cmake_args(build_type: str) -> list[str]:
