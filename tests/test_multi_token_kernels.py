@@ -74,7 +74,7 @@ def test_real_shapes_give_a_token_its_one_token_logits_in_passes_of_1_to_64(shap
 
 
 @exact
-@pytest.mark.parametrize("file_type", ["Q4_K_M", "Q4_1"])
+@pytest.mark.parametrize("file_type", ["Q4_K_M", "Q4_1", "Q8_0"])
 def test_a_512_token_pass_gives_each_token_its_one_token_logits(shape_files, file_type):
     with eagle3.Model(_quantized(shape_files, "576-tied", file_type)) as model:
         _check_passes(model, [512], 2, np.random.default_rng(5))
