@@ -101,9 +101,9 @@ def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(t
 
 
 # q4_1, q5_0, q5_1 and q8_0 take two rows at a time for up to four tokens (with
-# AVX512-VNNI for up to 16, in 512-bit vectors from 3 or 5 tokens), f16 for up
-# to 16, row i of a thread's share with row i + half; a share of odd length
-# leaves its middle row alone. 641 output rows are such a share with one
+# AVX512-VNNI for up to 16, in 512-bit vectors), f16 for up to 16, row i of a
+# thread's share with row i + half; a share of odd length leaves its middle row
+# alone. 641 output rows are such a share with one
 # thread and, 320/321, with two.
 ODD_ROWS = TargetSpec(n_layer=1, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, n_vocab=641, tied=True, seed=34)
 
@@ -159,17 +159,16 @@ _AMX = _amx_tiles_granted()
 _AMX_FROM = {"q4_0": 9, "iq4_nl": 9, "q4_k": 16}
 
 
-# With AVX512-VNNI, two rows share each 512-bit vector for up to 8 tokens:
-# q5_0 and q8_0 passes of 3 or more tokens, q4_1 and q5_1 passes of 5 or more.
-_WIDE = _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info()
-_WIDE_FROM = {"q5_0": 3, "q8_0": 3, "q4_1": 5, "q5_1": 5}
+# With AVX512-VNNI (and BW, which every CPU with VNNI has), q4_1, q5_0, q5_1 and
+# q8_0 passes take two rows per 512-bit vector with up to 8 tokens.
+_WIDE_TYPES = ("q4_1", "q5_0", "q5_1", "q8_0") if _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info() else ()
 
 
 def _group(ggml_type: str, k: int) -> int:
     """How many of a pass's k tokens share one load of a weight row."""
     if _AMX and k >= _AMX_FROM.get(ggml_type, k + 1):
         return 16
-    if _WIDE and k >= _WIDE_FROM.get(ggml_type, k + 1):
+    if ggml_type in _WIDE_TYPES:
         return 8
     return MULTI_TOKEN_TYPES[ggml_type][1]
 
