@@ -103,8 +103,7 @@ def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(t
 # q4_1, q5_0, q5_1 and q8_0 take two rows at a time for up to four tokens (with
 # AVX512-VNNI for up to 16, in 512-bit vectors), f16 for up to 16, row i of a
 # thread's share with row i + half; a share of odd length leaves its middle row
-# alone. 641 output rows are such a share with one
-# thread and, 320/321, with two.
+# alone. 641 output rows are such a share with one thread and, 320/321, with two.
 ODD_ROWS = TargetSpec(n_layer=1, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, n_vocab=641, tied=True, seed=34)
 
 
