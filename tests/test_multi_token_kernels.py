@@ -158,9 +158,9 @@ _AMX = _amx_tiles_granted()
 _AMX_FROM = {"q4_0": 9, "iq4_nl": 9, "q4_k": 16}
 
 
-# With AVX512-VNNI (and BW, which every CPU with VNNI has), q4_1, q5_0, q5_1 and
-# q8_0 passes take two rows per 512-bit vector with up to 8 tokens.
-_WIDE_TYPES = ("q4_1", "q5_0", "q5_1", "q8_0") if _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info() else ()
+# With AVX512-VNNI (and BW, which every CPU with VNNI has), q4_1, q5_0, q5_1,
+# q8_0, q5_K and q6_K passes take two rows per 512-bit vector with up to 8 tokens.
+_WIDE_TYPES = ("q4_1", "q5_0", "q5_1", "q8_0", "q5_k", "q6_k") if _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info() else ()
 
 
 def _group(ggml_type: str, k: int) -> int:
