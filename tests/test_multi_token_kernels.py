@@ -100,19 +100,20 @@ def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(t
         _check_passes(model, [1, 2, 5, 9, 13, 16, 32], n_threads, np.random.default_rng(n_threads))
 
 
-# With AVX512-VNNI, q5_K chunks of 4 tokens or more take 16 rows at a time and
-# shorter ones two: 1544 feed-forward rows leave a partial tile of rows in every
-# thread's share, 66 tokens are a chunk of 64 and one of 2, and 512 tokens eight
-# chunks; every token still gets its one-token logits.
+# With AVX512-VNNI, q5_K chunks of 4 tokens or more (q6_K: 9) take 16 rows at a
+# time and shorter ones two: 1544 feed-forward rows leave a partial tile of rows
+# in every thread's share, 66 tokens are a chunk of 64 and one of 2, and 512
+# tokens eight chunks; every token still gets its one-token logits.
 @exact
 @pytest.mark.parametrize("n_threads", [1, 2])
-def test_q5_k_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_factory, n_threads):
-    directory = tmp_path_factory.mktemp("q5k-tiles")
-    path = directory / "odd-blocks-Q5_K_M.gguf"
-    eagle3.quantize(write_target(directory / "odd-blocks.gguf", ODD_BLOCKS), path, "Q5_K_M")
+@pytest.mark.parametrize("file_type", ["Q5_K_M", "Q6_K"])
+def test_k_quant_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_factory, file_type, n_threads):
+    directory = tmp_path_factory.mktemp("k-tiles")
+    path = directory / f"odd-blocks-{file_type}.gguf"
+    eagle3.quantize(write_target(directory / "odd-blocks.gguf", ODD_BLOCKS), path, file_type)
     with eagle3.Model(path) as model:
-        assert model.tensors["blk.0.ffn_up.weight"].type.lower() == "q5_k"
-        sizes = [1, 3, 4, 9, 16, 66, 1] + ([512] if n_threads == 2 else [5])
+        assert model.tensors["blk.0.ffn_up.weight"].type.lower() == file_type[:4].lower()
+        sizes = [1, 3, 4, 8, 9, 16, 66, 1] + ([512] if n_threads == 2 else [5])
         _check_passes(model, sizes, n_threads, np.random.default_rng(40 + n_threads))
 
 
@@ -177,9 +178,9 @@ _AMX_FROM = {"q4_0": 9, "iq4_nl": 9, "q4_k": 16}
 # With AVX512-VNNI (and BW, which every CPU with VNNI has), q4_1, q5_0, q5_1,
 # q8_0, q5_K and q6_K passes take two rows per 512-bit vector with up to 8 tokens.
 _WIDE_TYPES = ("q4_1", "q5_0", "q5_1", "q8_0", "q5_k", "q6_k") if _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info() else ()
-# Passes of 4 tokens or more over q5_K take 16 rows per 512-bit vector there,
-# each row loaded once for up to 64 tokens.
-_TILE_FROM = {"q5_k": 4} if _WIDE_TYPES else {}
+# Passes of 4 tokens or more over q5_K, 9 or more over q6_K, take 16 rows per
+# 512-bit vector there, each row loaded once for up to 64 tokens.
+_TILE_FROM = {"q5_k": 4, "q6_k": 9} if _WIDE_TYPES else {}
 
 
 def _group(ggml_type: str, k: int) -> int:
