@@ -117,6 +117,37 @@ def test_k_quant_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_fac
         _check_passes(model, sizes, n_threads, np.random.default_rng(40 + n_threads))
 
 
+# With AVX512-VNNI every q8_0 product (q5_0 with VBMI too) takes 16 rows at a
+# time, two blocks (q5_0: eight) of them unpacked at once, in sums of their own:
+# rows of 17 and 47 blocks end on a lone block (q5_0: a partial group), 641
+# output rows on a partial tile of rows, 66 tokens are chunks of 64 and 2. Every
+# token gets its one-token logits, and those are the model's: within
+# quantization error of its f32 source (a wrongly unpacked weight would not be).
+ODD_WIDTHS = TargetSpec(n_layer=1, n_embd=544, n_head=8, n_head_kv=2, n_ff=1504, n_vocab=641, tied=True, seed=37)
+
+
+@exact
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("file_type", ["Q8_0", "Q5_0"])
+def test_q8_0_and_q5_0_in_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_factory, file_type, n_threads):
+    directory = tmp_path_factory.mktemp("small-block-tiles")
+    src = write_target(directory / "odd-widths.gguf", ODD_WIDTHS)
+    path = directory / f"odd-widths-{file_type}.gguf"
+    eagle3.quantize(src, path, file_type)
+    with eagle3.Model(path) as model:
+        assert model.tensors["blk.0.ffn_down.weight"].type == file_type.lower()
+        sizes = [1, 2, 3, 5, 8, 9, 16, 17, 66, 1] + ([512] if n_threads == 2 else [4])
+        _check_passes(model, sizes, n_threads, np.random.default_rng(50 + n_threads))
+    tokens = np.arange(7, 47, dtype=np.int32)
+    logits = {}
+    for name in (src, path):
+        with eagle3.Model(name) as model, eagle3.Context(model, n_ctx=64, n_threads=n_threads) as ctx:
+            ctx.decode(eagle3.Batch.from_tokens(tokens, output="all"))
+            logits[name] = np.stack([ctx.logits(i) for i in range(len(tokens))])
+    error = np.median(np.abs(logits[path] - logits[src]))
+    assert error < 0.1 * np.median(np.abs(logits[src])), error
+
+
 # q4_1, q5_0, q5_1 and q8_0 take two rows at a time for up to four tokens (with
 # AVX512-VNNI for up to 16, in 512-bit vectors), f16 for up to 16, row i of a
 # thread's share with row i + half; a share of odd length leaves its middle row
@@ -178,9 +209,12 @@ _AMX_FROM = {"q4_0": 9, "iq4_nl": 9, "q4_k": 16}
 # With AVX512-VNNI (and BW, which every CPU with VNNI has), q4_1, q5_0, q5_1,
 # q8_0, q5_K and q6_K passes take two rows per 512-bit vector with up to 8 tokens.
 _WIDE_TYPES = ("q4_1", "q5_0", "q5_1", "q8_0", "q5_k", "q6_k") if _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info() else ()
-# Passes of 4 tokens or more over q5_K, 9 or more over q6_K, take 16 rows per
+# Every pass over q8_0 (and over q5_0 where AVX512-VBMI comes with it), and
+# passes of 4 tokens or more over q5_K, 9 or more over q6_K, take 16 rows per
 # 512-bit vector there, each row loaded once for up to 64 tokens.
-_TILE_FROM = {"q5_k": 4, "q6_k": 9} if _WIDE_TYPES else {}
+_TILE_FROM = {"q8_0": 1, "q5_k": 4, "q6_k": 9} if _WIDE_TYPES else {}
+if _WIDE_TYPES and "AVX512_VBMI = 1" in eagle3.system_info():
+    _TILE_FROM["q5_0"] = 1
 
 
 def _group(ggml_type: str, k: int) -> int:
