@@ -100,7 +100,7 @@ def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(t
         _check_passes(model, [1, 2, 5, 9, 13, 16, 32], n_threads, np.random.default_rng(n_threads))
 
 
-# With AVX512-VNNI, q5_K chunks (q6_K: of 9 tokens or more) take 16 rows at a
+# With AVX512-VNNI, q5_K chunks (q6_K: of 5 tokens or more) take 16 rows at a
 # time, shorter q6_K ones two: 1544 feed-forward rows leave a partial tile of rows
 # in every thread's share, 66 tokens are a chunk of 64 and one of 2, and 512
 # tokens eight chunks; every token still gets its one-token logits.
@@ -210,9 +210,9 @@ _AMX_FROM = {"q4_0": 9, "iq4_nl": 9, "q4_k": 16}
 # q8_0, q5_K and q6_K passes take two rows per 512-bit vector with up to 8 tokens.
 _WIDE_TYPES = ("q4_1", "q5_0", "q5_1", "q8_0", "q5_k", "q6_k") if _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info() else ()
 # Every pass over q8_0 and q5_K (and over q5_0 where AVX512-VBMI comes with
-# it), and passes of 9 tokens or more over q6_K, take 16 rows per 512-bit vector
+# it), and passes of 5 tokens or more over q6_K, take 16 rows per 512-bit vector
 # there, each row loaded once for up to 64 tokens.
-_TILE_FROM = {"q8_0": 1, "q5_k": 1, "q6_k": 9} if _WIDE_TYPES else {}
+_TILE_FROM = {"q8_0": 1, "q5_k": 1, "q6_k": 5} if _WIDE_TYPES else {}
 if _WIDE_TYPES and "AVX512_VBMI = 1" in eagle3.system_info():
     _TILE_FROM["q5_0"] = 1
 
