@@ -29,6 +29,18 @@ def counts() -> tuple[int, int]:
     return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
 
 
+def counts_settled(want: tuple[int, int], wait_s: float = 5.0) -> tuple[int, int]:
+    """The counts once they are back to ``want``, or after ``wait_s``. A joined
+    thread can still be listed for a moment: pthread_join returns when the
+    kernel has cleared the thread's id, before it removes the thread from
+    /proc/self/task (seen: one extra thread, gone 0.5 s later). One left
+    behind stays listed."""
+    deadline = time.monotonic() + wait_s
+    while (now := counts()) != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return now
+
+
 def manual_round(session, target, draft, prompt, n_predict=24):
     prompt = np.asarray(prompt, dtype=np.int32)
     target.clear()
@@ -116,7 +128,7 @@ def main() -> None:
             result["again_s"] = time.monotonic() - t0
     for obj in objects:
         obj.close()
-    result["before"], result["after"] = before, counts()
+    result["before"], result["after"] = before, counts_settled(before)
     print(json.dumps(result), flush=True)
 
 
