@@ -206,9 +206,10 @@ _AMX = _amx_tiles_granted()
 _AMX_FROM = {"q4_0": 9, "iq4_nl": 9, "q4_k": 16}
 
 
-# With AVX512-VNNI (and BW, which every CPU with VNNI has), q4_1, q5_0, q5_1,
-# q8_0, q5_K and q6_K passes take two rows per 512-bit vector with up to 8 tokens.
-_WIDE_TYPES = ("q4_1", "q5_0", "q5_1", "q8_0", "q5_k", "q6_k") if _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info() else ()
+# With AVX512-VNNI (and BW, which every CPU with VNNI has), q4_1, q5_0, q5_1
+# and q6_K passes that no tile takes (below) take two rows per 512-bit vector
+# with up to 8 tokens.
+_WIDE_TYPES = ("q4_1", "q5_0", "q5_1", "q6_k") if _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info() else ()
 # Every pass over q8_0 and q5_K (and over q5_0 where AVX512-VBMI comes with
 # it), and passes of 5 tokens or more over q6_K, take 16 rows per 512-bit vector
 # there, each row loaded once for up to 64 tokens.
