@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +34,42 @@ def build_stock(*targets: str, rpc: bool = False) -> Path:
         cmd += ["--target", target]
     subprocess.run(cmd, check=True)
     return build_dir / "bin"
+
+
+def machine_peaks(threads: int) -> dict | None:
+    """This machine's peak 8-bit integer multiply-adds and f32 fused multiply-adds
+    per second with ``threads`` threads busy (bench/peak.c, built here for this
+    CPU with the system C compiler): ``{"int8": {"op", "per_s"}, "f32": {...}}``,
+    or None where nothing can build it."""
+    source = Path(__file__).resolve().parent / "peak.c"
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    flags = ["-O2", "-march=native", "-pthread"]
+    key = hashlib.sha256(source.read_bytes() + " ".join([compiler, *flags]).encode()).hexdigest()[:16]
+    binary = BUILD / f"peak-{key}"
+    if not binary.exists():
+        BUILD.mkdir(parents=True, exist_ok=True)
+        built = subprocess.run([compiler, *flags, "-o", str(binary), str(source)], capture_output=True, text=True)
+        if built.returncode != 0:
+            print(f"bench/peak.c did not build ({compiler}): {built.stderr.strip()[:300]}", file=sys.stderr)
+            return None
+    return json.loads(subprocess.run([str(binary), str(threads)], check=True, capture_output=True, text=True).stdout)
+
+
+def multiply_adds_per_token(model) -> dict[str, int]:
+    """Weight multiply-adds one token costs, split by what multiplies them:
+    ``int8`` for quantized weights (their kernels take 8-bit integer dot
+    products), ``f32`` for f32, f16 and bf16 ones. The token embeddings count
+    only where they are the output head too (no ``output.weight``)."""
+    tensors = model.tensors
+    counts = {"int8": 0, "f32": 0}
+    for name, info in tensors.items():
+        if len(info.shape) != 2 or (name == "token_embd.weight" and "output.weight" in tensors):
+            continue
+        counts["f32" if info.type in ("f32", "f16", "bf16") else "int8"] += info.shape[0] * info.shape[1]
+    return counts
+
 
 # A 28M-parameter llama target (8 layers, width 512, 4096 tokens) whose greedy
 # next token follows a fixed rule, and an EAGLE-3 draft that knows 90% of the

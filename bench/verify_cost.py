@@ -17,7 +17,12 @@ by side in one run (rounds interleaved, medians):
   t_pp its time per token in a 512-token prompt: what stock's own kernels say
   k tokens can cost;
 * one-token decoding against stock, and the memory bandwidth the one-token
-  pass reaches against what this machine streams (numpy, all threads).
+  pass reaches against what this machine streams (numpy, all threads);
+* for every pass, how near it comes to each of the machine's two limits: the
+  time its weights take to stream, and the time its multiply-adds take at
+  this CPU's measured peak (bench/peak.c: 8-bit integer dot products for
+  quantized weights, f32 fused multiply-adds for f32/f16/bf16 ones), each as a
+  share of the pass's time. A pass near neither limit has room to go faster.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import numpy as np
 import eagle3
 from eagle3 import shipped
 from eagle3.context import default_threads
-from common import build_stock, pass_costs
+from common import build_stock, machine_peaks, multiply_adds_per_token, pass_costs
 
 CONTEXT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n" * 3
 
@@ -78,6 +83,13 @@ def stock_costs(binary: Path, model: Path, threads: int, sizes: list[int], depth
     return costs, t_pp
 
 
+def best_peaks(a: dict | None, b: dict | None) -> dict | None:
+    """the higher of two peak measurements, operation by operation"""
+    if a is None or b is None:
+        return a or b
+    return {kind: max(a[kind], b[kind], key=lambda p: p["per_s"]) for kind in ("int8", "f32")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", nargs="+", type=Path, help="GGUF models (default: the shipped target)")
@@ -89,7 +101,11 @@ def main() -> None:
     sizes = sorted(set([1, *args.sizes]))
     binary = None if args.no_stock else build_stock("llama-bench") / "llama-bench"
     bandwidth = stream_bandwidth(args.threads)
+    peaks = machine_peaks(args.threads)
     print(f"{args.threads} threads; this machine streams {bandwidth / 1e9:.1f} GB/s (numpy, {args.threads} threads)")
+    if peaks is not None:
+        print(f"peaks: {peaks['int8']['per_s'] / 1e9:.0f} G int8 multiply-adds/s ({peaks['int8']['op']}), "
+              f"{peaks['f32']['per_s'] / 1e9:.0f} G f32 multiply-adds/s ({peaks['f32']['op']})")
     for path in args.model or [Path(shipped.toy_pair()[0])]:
         ours: list[list[float]] = []
         theirs: list[list[float]] = []
@@ -97,6 +113,7 @@ def main() -> None:
         with eagle3.Model(path) as model, eagle3.Context(model, n_ctx=1024, n_threads=args.threads) as ctx:
             context = model.tokenize(CONTEXT)
             weight_bytes = model.size
+            multiply_adds = multiply_adds_per_token(model)
             for _ in range(args.rounds):
                 ours.append(pass_costs(ctx, context, sizes, repeats=5, rounds=3))
                 if binary is not None:
@@ -104,6 +121,16 @@ def main() -> None:
                     theirs.append(costs)
                     pp.append(t_pp)
         mine = [statistics.median(r[i] for r in ours) for i in range(len(sizes))]
+        peaks = best_peaks(peaks, machine_peaks(args.threads))  # this machine's speed drifts: the best seen
+
+        def limits(k: int, t: float) -> str:
+            """the weights' streaming time and the multiply-adds' time at peak, as shares of t"""
+            memory = f"{weight_bytes / bandwidth / t:>7.0%}"
+            if peaks is None:
+                return memory
+            compute = k * sum(n / peaks[kind]["per_s"] for kind, n in multiply_adds.items())
+            return f"{memory} {compute / t:>8.0%}"
+        columns = f"{'memory':>7} {'compute':>8}" if peaks is not None else f"{'memory':>7}"
         print(f"\n{path.name}: {weight_bytes / 2**20:.0f} MiB, {len(context)} tokens in the cache; "
               f"one token in {mine[0] * 1e3:.1f} ms reads {weight_bytes / mine[0] / 1e9:.1f} GB/s "
               f"({weight_bytes / mine[0] / bandwidth:.0%} of the stream figure)")
@@ -112,15 +139,15 @@ def main() -> None:
             t_pp = statistics.median(pp)
             print(f"stock: one token {stock[0] * 1e3:.1f} ms, 512-token prompt {t_pp * 1e3:.2f} ms/token; "
                   f"eagle3 one-token decoding {stock[0] / mine[0]:.2f}x stock")
-            print(f"{'k':>4} {'eagle3 ms':>10} {'R(k)':>7} {'stock R(k)':>11} {'roofline':>9} {'R/roofline':>11}")
+            print(f"{'k':>4} {'eagle3 ms':>10} {'R(k)':>7} {'stock R(k)':>11} {'roofline':>9} {'R/roofline':>11} {columns}")
             for k, t, s in zip(sizes, mine, stock):
                 roof = max(1.0, k * t_pp / stock[0])
                 print(f"{k:>4} {t * 1e3:>10.2f} {t / mine[0]:>6.2f}x {s / stock[0]:>10.2f}x {roof:>8.2f}x "
-                      f"{t / mine[0] / roof:>10.2f}")
+                      f"{t / mine[0] / roof:>10.2f} {limits(k, t)}")
         else:
-            print(f"{'k':>4} {'eagle3 ms':>10} {'R(k)':>7}")
+            print(f"{'k':>4} {'eagle3 ms':>10} {'R(k)':>7} {columns}")
             for k, t in zip(sizes, mine):
-                print(f"{k:>4} {t * 1e3:>10.2f} {t / mine[0]:>6.2f}x")
+                print(f"{k:>4} {t * 1e3:>10.2f} {t / mine[0]:>6.2f}x {limits(k, t)}")
 
 
 if __name__ == "__main__":
