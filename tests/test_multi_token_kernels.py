@@ -117,10 +117,10 @@ def test_k_quant_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_fac
         _check_passes(model, sizes, n_threads, np.random.default_rng(40 + n_threads))
 
 
-# With AVX512-VNNI every q8_0 and q4_1 product (q5_0 with VBMI too) takes 16
-# rows at a time, two blocks (q4_1 and q5_0: eight) of them unpacked at once, in
-# sums of their own: rows of 17 and 47 blocks end on a lone block (q4_1 and
-# q5_0: a partial group), 641 output rows on a partial tile of rows, 66 tokens
+# With AVX512-VNNI every q8_0 and q4_1 product (q5_0 and q5_1 with VBMI too)
+# takes 16 rows at a time, two blocks (the others: eight) of them unpacked at
+# once, in sums of their own: rows of 17 and 47 blocks end on a lone block (the
+# others: a partial group), 641 output rows on a partial tile of rows, 66 tokens
 # are chunks of 64 and 2. Every token gets its one-token logits, and those are
 # the model's: within
 # quantization error of its f32 source (a wrongly unpacked weight would not be).
@@ -129,8 +129,8 @@ ODD_WIDTHS = TargetSpec(n_layer=1, n_embd=544, n_head=8, n_head_kv=2, n_ff=1504,
 
 @exact
 @pytest.mark.parametrize("n_threads", [1, 2])
-@pytest.mark.parametrize("file_type", ["Q8_0", "Q5_0", "Q4_1"])
-def test_q8_0_q5_0_and_q4_1_in_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_factory, file_type, n_threads):
+@pytest.mark.parametrize("file_type", ["Q8_0", "Q5_0", "Q4_1", "Q5_1"])
+def test_small_blocks_in_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_factory, file_type, n_threads):
     directory = tmp_path_factory.mktemp("small-block-tiles")
     src = write_target(directory / "odd-widths.gguf", ODD_WIDTHS)
     path = directory / f"odd-widths-{file_type}.gguf"
@@ -211,12 +211,12 @@ _AMX_FROM = {"q4_0": 9, "iq4_nl": 9, "q4_k": 16}
 # q6_K passes that no tile takes (below) take two rows per 512-bit vector with
 # up to 8 tokens.
 _WIDE_TYPES = ("q5_0", "q5_1", "q6_k") if _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info() else ()
-# Every pass over q8_0, q4_1 and q5_K (and over q5_0 where AVX512-VBMI comes
-# with it), and passes of 5 tokens or more over q6_K, take 16 rows per 512-bit
-# vector there, each row loaded once for up to 64 tokens.
+# Every pass over q8_0, q4_1 and q5_K (and over q5_0 and q5_1 where AVX512-VBMI
+# comes with it), and passes of 5 tokens or more over q6_K, take 16 rows per
+# 512-bit vector there, each row loaded once for up to 64 tokens.
 _TILE_FROM = {"q8_0": 1, "q4_1": 1, "q5_k": 1, "q6_k": 5} if _WIDE_TYPES else {}
 if _WIDE_TYPES and "AVX512_VBMI = 1" in eagle3.system_info():
-    _TILE_FROM["q5_0"] = 1
+    _TILE_FROM.update({"q5_0": 1, "q5_1": 1})
 
 
 def _group(ggml_type: str, k: int) -> int:
