@@ -122,8 +122,8 @@ def test_k_quant_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_fac
 # once, in sums of their own: rows of 17 and 47 blocks end on a lone block (the
 # others: a partial group), 641 output rows on a partial tile of rows, 66 tokens
 # are chunks of 64 and 2. Every token gets its one-token logits, and those are
-# the model's: within
-# quantization error of its f32 source (a wrongly unpacked weight would not be).
+# the model's: within quantization error of its f32 source (a wrongly unpacked
+# weight would not be).
 ODD_WIDTHS = TargetSpec(n_layer=1, n_embd=544, n_head=8, n_head_kv=2, n_ff=1504, n_vocab=641, tied=True, seed=37)
 
 
