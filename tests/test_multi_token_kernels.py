@@ -201,9 +201,10 @@ def _amx_tiles_granted() -> bool:
     return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
 
 
-# With AMX tiles, repacked q4_0 and iq4_nl take passes of 9 or more tokens,
-# and q4_K passes of 16 or more, through tiles of up to 16 tokens.
-_AMX = _amx_tiles_granted()
+# With AMX tiles, in builds without AVX512-VNNI (whose kernels ran every pass
+# size faster), repacked q4_0 and iq4_nl take passes of 9 or more tokens, and
+# q4_K passes of 16 or more, through tiles of up to 16 tokens.
+_AMX = _amx_tiles_granted() and "AVX512_VNNI = 1" not in eagle3.system_info()
 _AMX_FROM = {"q4_0": 9, "iq4_nl": 9, "q4_k": 16}
 
 
