@@ -212,6 +212,9 @@ _AMX_FROM = {"q4_0": 9, "iq4_nl": 9, "q4_k": 16}
 # q6_K passes that no tile takes (below) take two rows per 512-bit vector with
 # up to 8 tokens.
 _WIDE_TYPES = ("q5_0", "q5_1", "q6_k") if _AVX512 and "AVX512_VNNI = 1" in eagle3.system_info() else ()
+# There repacked q4_K takes two groups of eight rows with up to 6 tokens.
+if _WIDE_TYPES:
+    MULTI_TOKEN_TYPES["q4_k"] = (True, 6)
 # Every pass over q8_0, q4_1 and q5_K (and over q5_0 and q5_1 where the build
 # has AVX512-VBMI and VBMI2), and passes of 5 tokens or more over q6_K, take 16 rows per
 # 512-bit vector there, each row loaded once for up to 64 tokens.
