@@ -173,7 +173,7 @@ def test_a_share_of_odd_length_gives_its_lone_row_the_same_logits(tmp_path_facto
 # one load of a row.
 MULTI_TOKEN_TYPES = {"q4_0": (True, 8), "q4_k": (True, 8), "iq4_nl": (True, 8), "q4_1": (False, 5), "q8_0": (False, 5),
                      "q5_0": (False, 5), "q5_1": (False, 5), "q2_k": (False, 4), "q3_k": (False, 4),
-                     "q5_k": (False, 4), "q6_k": (False, 8), "iq4_xs": (False, 4)}
+                     "q5_k": (False, 8), "q6_k": (False, 8), "iq4_xs": (False, 4)}
 # In passes of up to 16 tokens f32 takes one row with 6 tokens at a time with
 # AVX-512 (32 vector registers), with 3 on AVX2; f16, and bf16 on AVX2, two rows
 # with 6 tokens; bf16 with AVX512-BF16 as f32; on AVX-512 without AVX512-BF16,
