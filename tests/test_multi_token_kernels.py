@@ -119,8 +119,8 @@ def test_k_quant_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_fac
 
 # With AVX512-VNNI every q8_0 and q4_1 product (q5_0 and q5_1 with VBMI too)
 # takes 16 rows at a time, two blocks (the others: eight) of them unpacked at
-# once, in sums of their own (with AVX2 alone, q4_1: 8 rows, eight blocks at
-# once): rows of 17 and 47 blocks end on a lone block (the
+# once, in sums of their own (with AVX2 alone, q4_1, q5_0 and q5_1: 8 rows,
+# eight blocks at once): rows of 17 and 47 blocks end on a lone block (the
 # others: a partial group), 641 output rows on a partial tile of rows, 66 tokens
 # are chunks of 64 and 2. Every token gets its one-token logits, and those are
 # the model's: within quantization error of its f32 source (a wrongly unpacked
@@ -222,10 +222,10 @@ if _WIDE_TYPES:
 _TILE_FROM = {"q8_0": 1, "q4_1": 1, "q5_k": 1, "q6_k": 5} if _WIDE_TYPES else {}
 if _WIDE_TYPES and all(f"AVX512_{isa} = 1" in eagle3.system_info() for isa in ("VBMI", "VBMI2")):
     _TILE_FROM.update({"q5_0": 1, "q5_1": 1})
-# Without AVX512-VNNI, builds with AVX2, FMA and F16C take every pass over q4_1
-# 8 rows at a time, each row loaded once for up to 64 tokens.
+# Without AVX512-VNNI, builds with AVX2, FMA and F16C take every pass over q4_1,
+# q5_0 and q5_1 8 rows at a time, each row loaded once for up to 64 tokens.
 if not _WIDE_TYPES and all(f"{isa} = 1" in eagle3.system_info() for isa in ("AVX2", "FMA", "F16C")):
-    _TILE_FROM["q4_1"] = 1
+    _TILE_FROM.update({"q4_1": 1, "q5_0": 1, "q5_1": 1})
 
 
 def _group(ggml_type: str, k: int) -> int:
