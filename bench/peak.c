@@ -61,15 +61,16 @@ typedef __m256 vec_f;
 #define LANES_I8 ((int) sizeof(vec_i))
 
 static long int8_loop(long rounds) {
-    vec_i acc[CHAINS];
-    vec_i a = SET1_I8(3), b = SET1_I8(-5);
+    vec_i acc[CHAINS], b[CHAINS];
+    vec_i a = SET1_I8(3);
     for (int c = 0; c < CHAINS; c++) {
         acc[c] = ZERO_I();
+        b[c] = SET1_I8(-5 - c);  /* a product of its own per chain: the same one would be computed once */
     }
     for (long r = 0; r < rounds; r++) {
 #pragma GCC unroll 12
         for (int c = 0; c < CHAINS; c++) {
-            acc[c] = INT8_STEP(acc[c], a, b);
+            acc[c] = INT8_STEP(acc[c], a, b[c]);
         }
         __asm__ volatile("" : "+v"(a));  /* the operands are not constants to the compiler */
     }
