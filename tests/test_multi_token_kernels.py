@@ -222,9 +222,10 @@ _TILE_FROM = {"q8_0": 1, "q4_1": 1, "q5_k": 1, "q6_k": 5} if _WIDE_TYPES else {}
 if _WIDE_TYPES and all(f"AVX512_{isa} = 1" in eagle3.system_info() for isa in ("VBMI", "VBMI2")):
     _TILE_FROM.update({"q5_0": 1, "q5_1": 1})
 # Without AVX512-VNNI, builds with AVX2, FMA and F16C take every pass over q4_1,
-# q5_0 and q5_1 8 rows at a time, each row loaded once for up to 64 tokens.
+# q5_0 and q5_1, and passes of 3 tokens or more over q5_K (q6_K: 4), 8 rows at
+# a time, each row loaded once for up to 64 tokens.
 if not _WIDE_TYPES and all(f"{isa} = 1" in eagle3.system_info() for isa in ("AVX2", "FMA", "F16C")):
-    _TILE_FROM.update({"q4_1": 1, "q5_0": 1, "q5_1": 1})
+    _TILE_FROM.update({"q4_1": 1, "q5_0": 1, "q5_1": 1, "q5_k": 3, "q6_k": 4})
 
 
 def _group(ggml_type: str, k: int) -> int:
