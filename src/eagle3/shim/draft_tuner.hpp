@@ -15,7 +15,9 @@ namespace e3 {
 // t_fixed is a measured round without drafts (verify + process) and
 // t_per_draft(k) what each drafted token added in the rounds that drafted k
 // per sequence (a verify pass's cost grows faster than its size on a CPU:
-// the second token of a pass can cost half what the third does); a length
+// the second token of a pass can cost half what the third does), never less
+// than the draft call that made it (a probe slowed by another process would
+// otherwise make drafting look free); a length
 // not measured yet takes the average over all lengths. A round yields
 // 1 + sum_j prod_{i<j} p_i tokens per sequence, p_i being the acceptance of
 // draft position i once reached (its prior: the position before it, weighted
@@ -31,10 +33,14 @@ struct draft_tuner {
     static constexpr int32_t position_samples = 16;  // drafts reaching a position before its acceptance is known
     static constexpr int32_t rounds_to_decide = 6;   // rounds at the shortest length before plain decoding can win
     static constexpr double  close_call = 0.95;      // speculation within this of plain decoding is tried again
+    static constexpr double  reprobe_below = 0.9;    // a round with drafts this much cheaper than t_fixed: probe again
 
     double t_fixed = 0.0;      // a round without drafts: one-token verify + process
     double t_plain = 0.0;      // a plain step: one-token verify
     double t_per_draft = 0.0;  // each drafted token: its draft step, verify row, process row
+    double probe_fixed = 0.0, probe_plain = 0.0;  // the probe under way: its fastest round so far
+    int64_t reprobe_at = -1;   // the first round of an extra probe (-1: none due)
+    bool distrusted = false;   // t_fixed and t_plain came from a slowed probe: the next one replaces them
     std::vector<double> t_per_draft_at;  // the same from the rounds that drafted k per sequence
     std::vector<int32_t> n_rounds_at;    // how many such rounds (index k)
     int32_t n_spec_rounds = 0;
@@ -63,19 +69,44 @@ struct draft_tuner {
             accepted[i] /= 2;
         }
         n_gen_spec_rounds = 0;
+        reprobe_at = -1;  // a generation's rounds count from 0, and its first probe is due
     }
 
     static void blend(double & avg, double x) { avg = avg == 0.0 ? x : avg + smoothing * (x - avg); }
 
-    // two rounds without drafts: the first rebuilds the target's graph for a
-    // one-token pass (as every change of pass size does), the second is timed
-    bool probe_due(int64_t round) const { return round % probe_every < 2; }
+    // A probe is three rounds without drafts: the first rebuilds the target's
+    // graph for a one-token pass (as every change of pass size does), the
+    // other two are timed and the faster counts (another process taking the
+    // CPU can only slow a round). One opens every probe_every rounds, and one
+    // more as soon as a round with drafts costs less than t_fixed says a
+    // round without them does: the last probe was slowed, and its figure
+    // would make drafting look free.
+    static constexpr int32_t probe_rounds = 3;
+
+    int32_t probe_step(int64_t round) const {
+        return reprobe_at >= 0 && round >= reprobe_at ? (int32_t) (round - reprobe_at) : (int32_t) (round % probe_every);
+    }
+
+    bool probe_due(int64_t round) const { return probe_step(round) < probe_rounds; }
 
     void add_probe(int64_t round, double t_round, double t_process, int32_t n_pass) {
         last_pass = n_pass;
-        if (round % probe_every == 1) {
-            blend(t_fixed, t_round);
-            blend(t_plain, t_round - t_process);
+        const int32_t step = probe_step(round);
+        if (step == 1) {
+            probe_fixed = t_round;
+            probe_plain = t_round - t_process;
+        } else if (step == 2) {
+            probe_fixed = std::min(probe_fixed, t_round);
+            probe_plain = std::min(probe_plain, t_round - t_process);
+            reprobe_at = -1;
+            if (distrusted) {  // the last figures were wrong: replace them
+                t_fixed = probe_fixed;
+                t_plain = probe_plain;
+                distrusted = false;
+            } else {
+                blend(t_fixed, probe_fixed);
+                blend(t_plain, probe_plain);
+            }
         }
     }
 
@@ -96,7 +127,7 @@ struct draft_tuner {
     // compute buffers, and one whose size differs from the last rebuilds the
     // target's graph (llama.cpp reuses only the last): neither is what a round
     // costs. Where the size changes every round, every other round counts.
-    void add_round(double t_round, int32_t n_drafted, int32_t n_pass, int32_t n_live) {
+    void add_round(int64_t round, double t_round, double t_draft, int32_t n_drafted, int32_t n_pass, int32_t n_live) {
         if ((size_t) n_pass >= seen.size()) {
             seen.resize(n_pass + 1, 0);
         }
@@ -105,7 +136,14 @@ struct draft_tuner {
         last_pass = n_pass;
         skipped = skip;
         if (n_drafted > 0 && t_fixed > 0.0 && !skip) {
-            const double per_draft = std::max(0.0, t_round - t_fixed) / n_drafted;
+            if (t_round < reprobe_below * t_fixed) {
+                if (!distrusted) {
+                    distrusted = true;
+                    reprobe_at = round + 1;
+                }
+                return;
+            }
+            const double per_draft = std::max(t_draft, t_round - t_fixed) / n_drafted;
             blend(t_per_draft, per_draft);
             const int32_t k = std::min((n_drafted + n_live - 1) / std::max(n_live, 1), (int32_t) n_rounds_at.size() - 1);
             if (k >= 0) {

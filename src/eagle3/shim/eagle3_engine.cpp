@@ -1017,12 +1017,12 @@ static int commit(e3_engine * e, int32_t & n_left, e3_error * err) {
 }
 
 // adaptive: learn from this round, then pick the next draft length
-static void tune(e3_engine * e, bool probe, double t_round, double t_process, int32_t n_drafted, int32_t n_live,
-                 int32_t n_left) {
+static void tune(e3_engine * e, bool probe, double t_round, double t_process, double t_draft, int32_t n_drafted,
+                 int32_t n_live, int32_t n_left) {
     if (probe) {
         e->tuner.add_probe(e->total.c.n_rounds - 1, t_round, t_process, n_live);
     } else {
-        e->tuner.add_round(t_round, n_drafted, n_live + n_drafted, n_live);
+        e->tuner.add_round(e->total.c.n_rounds - 1, t_round, t_draft, n_drafted, n_live + n_drafted, n_live);
     }
     const int32_t best = e->tuner.best(e->n_min, e->n_draft, std::max(n_left, 1));
     if (best < 0) {
@@ -1048,6 +1048,7 @@ static int engine_step(e3_engine * e, e3_error * err) {
     const bool tuning = e->adaptive && !e->plain;
     const auto t0 = clock_type::now();
     const double t_process0 = e->total.c.t_process_s;
+    const double t_draft0 = e->total.c.t_draft_s;
     const int64_t n_drafted0 = e->total.c.n_drafted;
     // adaptive: now and then a round without drafts, to measure what one costs
     const bool probe = tuning && e->tuner.probe_due(e->total.c.n_rounds);
@@ -1083,7 +1084,7 @@ static int engine_step(e3_engine * e, e3_error * err) {
         return rc;
     }
     if (tuning) {
-        tune(e, probe, seconds_since(t0), e->total.c.t_process_s - t_process0,
+        tune(e, probe, seconds_since(t0), e->total.c.t_process_s - t_process0, e->total.c.t_draft_s - t_draft0,
              (int32_t) (e->total.c.n_drafted - n_drafted0), n_live, n_left);
     }
     return n_left;
