@@ -62,6 +62,19 @@ def _check_passes(model, sizes, n_threads: int, rng) -> None:
             at += k
 
 
+def _check_close_to_source(src, path, n_threads: int) -> None:
+    """The quantized model's logits lie within quantization error of its f32
+    source's (a wrongly unpacked weight, in every pass alike, would not)."""
+    tokens = np.arange(7, 47, dtype=np.int32)
+    logits = {}
+    for name in (src, path):
+        with eagle3.Model(name) as model, eagle3.Context(model, n_ctx=64, n_threads=n_threads) as ctx:
+            ctx.decode(eagle3.Batch.from_tokens(tokens, output="all"))
+            logits[name] = np.stack([ctx.logits(i) for i in range(len(tokens))])
+    error = np.median(np.abs(logits[path] - logits[src]))
+    assert error < 0.1 * np.median(np.abs(logits[src])), error
+
+
 @exact
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("file_type", TYPES)
@@ -101,20 +114,24 @@ def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(t
 
 
 # With AVX512-VNNI, q5_K chunks (q6_K: of 5 tokens or more) take 16 rows at a
-# time, shorter q6_K ones two: 1544 feed-forward rows leave a partial tile of rows
+# time, shorter q6_K ones two (with AVX2 alone, q5_K and q6_K chunks of a few
+# tokens or more: 8 rows): 1544 feed-forward rows leave a partial tile of rows
 # in every thread's share, 66 tokens are a chunk of 64 and one of 2, and 512
-# tokens eight chunks; every token still gets its one-token logits.
+# tokens eight chunks; every token still gets its one-token logits, and those
+# are the model's.
 @exact
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("file_type", ["Q5_K_M", "Q6_K"])
 def test_k_quant_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_factory, file_type, n_threads):
     directory = tmp_path_factory.mktemp("k-tiles")
+    src = write_target(directory / "odd-blocks.gguf", ODD_BLOCKS)
     path = directory / f"odd-blocks-{file_type}.gguf"
-    eagle3.quantize(write_target(directory / "odd-blocks.gguf", ODD_BLOCKS), path, file_type)
+    eagle3.quantize(src, path, file_type)
     with eagle3.Model(path) as model:
         assert model.tensors["blk.0.ffn_up.weight"].type.lower() == file_type[:4].lower()
         sizes = [1, 3, 4, 8, 9, 16, 66, 1] + ([512] if n_threads == 2 else [5])
         _check_passes(model, sizes, n_threads, np.random.default_rng(40 + n_threads))
+    _check_close_to_source(src, path, n_threads)
 
 
 # With AVX512-VNNI every q8_0 and q4_1 product (q5_0 and q5_1 with VBMI too)
@@ -140,14 +157,7 @@ def test_small_blocks_in_tiles_of_rows_give_each_token_its_one_token_logits(tmp_
         assert model.tensors["blk.0.ffn_down.weight"].type == file_type.lower()
         sizes = [1, 2, 3, 5, 8, 9, 16, 17, 66, 1] + ([512] if n_threads == 2 else [4])
         _check_passes(model, sizes, n_threads, np.random.default_rng(50 + n_threads))
-    tokens = np.arange(7, 47, dtype=np.int32)
-    logits = {}
-    for name in (src, path):
-        with eagle3.Model(name) as model, eagle3.Context(model, n_ctx=64, n_threads=n_threads) as ctx:
-            ctx.decode(eagle3.Batch.from_tokens(tokens, output="all"))
-            logits[name] = np.stack([ctx.logits(i) for i in range(len(tokens))])
-    error = np.median(np.abs(logits[path] - logits[src]))
-    assert error < 0.1 * np.median(np.abs(logits[src])), error
+    _check_close_to_source(src, path, n_threads)
 
 
 # q4_1, q5_0, q5_1 and q8_0 take two rows at a time for up to four tokens (with
