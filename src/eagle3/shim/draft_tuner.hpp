@@ -40,7 +40,6 @@ struct draft_tuner {
     double t_per_draft = 0.0;  // each drafted token: its draft step, verify row, process row
     double probe_fixed = 0.0, probe_plain = 0.0;  // the probe under way: its fastest round so far
     int64_t reprobe_at = -1;   // the first round of an extra probe (-1: none due)
-    bool distrusted = false;   // t_fixed and t_plain came from a slowed probe: the next one replaces them
     std::vector<double> t_per_draft_at;  // the same from the rounds that drafted k per sequence
     std::vector<int32_t> n_rounds_at;    // how many such rounds (index k)
     int32_t n_spec_rounds = 0;
@@ -80,7 +79,7 @@ struct draft_tuner {
     // CPU can only slow a round). One opens every probe_every rounds, and one
     // more as soon as a round with drafts costs less than t_fixed says a
     // round without them does: the last probe was slowed, and its figure
-    // would make drafting look free.
+    // would make drafting look free (it is dropped, see add_round).
     static constexpr int32_t probe_rounds = 3;
 
     int32_t probe_step(int64_t round) const {
@@ -99,14 +98,8 @@ struct draft_tuner {
             probe_fixed = std::min(probe_fixed, t_round);
             probe_plain = std::min(probe_plain, t_round - t_process);
             reprobe_at = -1;
-            if (distrusted) {  // the last figures were wrong: replace them
-                t_fixed = probe_fixed;
-                t_plain = probe_plain;
-                distrusted = false;
-            } else {
-                blend(t_fixed, probe_fixed);
-                blend(t_plain, probe_plain);
-            }
+            blend(t_fixed, probe_fixed);
+            blend(t_plain, probe_plain);
         }
     }
 
@@ -137,10 +130,10 @@ struct draft_tuner {
         skipped = skip;
         if (n_drafted > 0 && t_fixed > 0.0 && !skip) {
             if (t_round < reprobe_below * t_fixed) {
-                if (!distrusted) {
-                    distrusted = true;
-                    reprobe_at = round + 1;
-                }
+                // the figures came from a slowed probe: unknown (nothing is
+                // counted or decided) until the next probe, which sets them
+                t_fixed = t_plain = 0.0;
+                reprobe_at = round + 1;
                 return;
             }
             const double per_draft = std::max(t_draft, t_round - t_fixed) / n_drafted;
