@@ -13,6 +13,10 @@ Two kinds of weights:
   its attention. Acceptance is then high and partial, so drafts of every
   length get accepted, partly accepted and rolled back.
 
+:func:`write_dequantized` copies any GGUF with its weights dequantized to f32
+by gguf-py's own numpy code: a reference for a quantized model's logits that
+owes nothing to ggml's kernels.
+
 For MTP, :func:`write_mtp_target` writes an ``hy_v3`` model (attention-only,
 dense, normal RoPE) with NextN blocks; with ``weights="chain"`` its NextN
 head predicts the same successor ``f`` as the trunk, up to ``noise``.
@@ -32,7 +36,7 @@ import numpy as np
 from eagle3 import _pinned
 
 __all__ = ["TargetSpec", "DraftSpec", "MtpSpec", "write_target", "write_eagle3_draft", "write_pair",
-           "write_mtp_target"]
+           "write_mtp_target", "write_dequantized"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,3 +391,19 @@ def write_mtp_target(path: str | os.PathLike, spec: MtpSpec = MtpSpec()) -> Path
             })
     _write(w, tensors)
     return path
+
+
+def write_dequantized(path: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write to ``out`` the GGUF at ``path`` with every tensor dequantized to f32
+    by the pinned gguf-py (numpy, not ggml), its metadata as it is."""
+    gguf = _pinned.import_gguf()
+    reader = gguf.GGUFReader(str(path))
+    writer = gguf.GGUFWriter(str(out), reader.fields["general.architecture"].contents())
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue  # the writer's own
+        sub_type = field.types[1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub_type)
+    _write(writer, {t.name: gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+                    for t in reader.tensors})
+    return Path(out)
