@@ -34,19 +34,23 @@ TYPES = ["Q4_K_M", "Q4_1", "Q4_0", "Q5_0", "Q6_K", "IQ4_NL", "Q5_K_M", "Q8_0", "
 
 
 @pytest.fixture(scope="module")
-def shape_files(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("shapes")
-    return {name: write_target(directory / f"{name}.gguf", spec) for name, spec in SHAPES.items()}
+def quantized(tmp_path_factory):
+    """quantized(spec, file_type): the path of spec's model in file_type (F32: as
+    written), written once for the module: every case of a model reads one file."""
+    directory = tmp_path_factory.mktemp("quantized")
+    sources: dict[TargetSpec, Path] = {}
 
+    def model_file(spec: TargetSpec, file_type: str) -> Path:
+        if spec not in sources:
+            sources[spec] = write_target(directory / f"model{len(sources)}.gguf", spec)
+        if file_type == "F32":
+            return sources[spec]
+        path = sources[spec].with_name(f"{sources[spec].stem}-{file_type}.gguf")
+        if not path.exists():
+            eagle3.quantize(sources[spec], path, file_type)
+        return path
 
-def _quantized(shape_files, shape: str, file_type: str) -> str:
-    src = shape_files[shape]
-    if file_type == "F32":
-        return src
-    path = src.with_name(f"{shape}-{file_type}.gguf")
-    if not path.exists():
-        eagle3.quantize(src, path, file_type)
-    return path
+    return model_file
 
 
 def _check_passes(model, sizes, n_threads: int, rng) -> None:
@@ -68,7 +72,9 @@ def _check_matches_dequantized(path, n_threads: int) -> None:
     by gguf-py's numpy code, within the rounding of the activations to 8 bits
     (about 1% of a logit; the quantization itself, against the f32 source, is 4-40%):
     a wrongly unpacked weight, in every pass alike, would not be."""
-    reference = write_dequantized(path, Path(path).with_suffix(".f32.gguf"))
+    reference = Path(path).with_suffix(".f32.gguf")
+    if not reference.exists():
+        write_dequantized(path, reference)
     tokens = np.arange(7, 47, dtype=np.int32)
     logits = {}
     for name in (reference, path):
@@ -83,17 +89,17 @@ def _check_matches_dequantized(path, n_threads: int) -> None:
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("file_type", TYPES)
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_real_shapes_give_a_token_its_one_token_logits_in_passes_of_1_to_64(shape_files, shape, file_type,
+def test_real_shapes_give_a_token_its_one_token_logits_in_passes_of_1_to_64(quantized, shape, file_type,
                                                                                n_threads):
-    with eagle3.Model(_quantized(shape_files, shape, file_type)) as model:
+    with eagle3.Model(quantized(SHAPES[shape], file_type)) as model:
         sizes = [*range(1, 17), 32, 64] if n_threads == 2 else [1, 2, 3, 4, 5, 7, 9, 16, 32]
         _check_passes(model, sizes, n_threads, np.random.default_rng(len(file_type) + n_threads))
 
 
 @exact
 @pytest.mark.parametrize("file_type", ["Q4_K_M", "Q4_1", "Q8_0"])
-def test_a_512_token_pass_gives_each_token_its_one_token_logits(shape_files, file_type):
-    with eagle3.Model(_quantized(shape_files, "576-tied", file_type)) as model:
+def test_a_512_token_pass_gives_each_token_its_one_token_logits(quantized, file_type):
+    with eagle3.Model(quantized(SHAPES["576-tied"], file_type)) as model:
         _check_passes(model, [512], 2, np.random.default_rng(5))
 
 
@@ -106,12 +112,8 @@ ODD_BLOCKS = TargetSpec(n_layer=1, n_embd=512, n_head=8, n_head_kv=2, n_ff=1544,
 @exact
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("file_type", ["Q4_0", "Q4_K_M", "IQ4_NL"])
-def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(tmp_path_factory, file_type,
-                                                                              n_threads):
-    directory = tmp_path_factory.mktemp("odd-blocks")
-    src = write_target(directory / "odd-blocks.gguf", ODD_BLOCKS)
-    path = directory / f"odd-blocks-{file_type}.gguf"
-    eagle3.quantize(src, path, file_type)
+def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(quantized, file_type, n_threads):
+    path = quantized(ODD_BLOCKS, file_type)
     with eagle3.Model(path) as model:
         assert model.tensors["blk.0.ffn_up.weight"].type.lower() == ("q4_k" if file_type == "Q4_K_M" else file_type.lower())
         _check_passes(model, [1, 2, 5, 9, 13, 16, 32], n_threads, np.random.default_rng(n_threads))
@@ -126,11 +128,8 @@ def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(t
 @exact
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("file_type", ["Q5_K_M", "Q6_K", "Q3_K_S", "Q2_K"])
-def test_k_quant_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_factory, file_type, n_threads):
-    directory = tmp_path_factory.mktemp("k-tiles")
-    src = write_target(directory / "odd-blocks.gguf", ODD_BLOCKS)
-    path = directory / f"odd-blocks-{file_type}.gguf"
-    eagle3.quantize(src, path, file_type)
+def test_k_quant_tiles_of_rows_give_each_token_its_one_token_logits(quantized, file_type, n_threads):
+    path = quantized(ODD_BLOCKS, file_type)
     with eagle3.Model(path) as model:
         assert model.tensors["blk.0.ffn_up.weight"].type.lower() == file_type[:4].lower()
         sizes = [1, 2, 3, 4, 8, 9, 16, 66, 1] + ([512] if n_threads == 2 else [5])
@@ -152,11 +151,8 @@ ODD_WIDTHS = TargetSpec(n_layer=1, n_embd=544, n_head=8, n_head_kv=2, n_ff=1504,
 @exact
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("file_type", ["Q8_0", "Q5_0", "Q4_1", "Q5_1"])
-def test_small_blocks_in_tiles_of_rows_give_each_token_its_one_token_logits(tmp_path_factory, file_type, n_threads):
-    directory = tmp_path_factory.mktemp("small-block-tiles")
-    src = write_target(directory / "odd-widths.gguf", ODD_WIDTHS)
-    path = directory / f"odd-widths-{file_type}.gguf"
-    eagle3.quantize(src, path, file_type)
+def test_small_blocks_in_tiles_of_rows_give_each_token_its_one_token_logits(quantized, file_type, n_threads):
+    path = quantized(ODD_WIDTHS, file_type)
     with eagle3.Model(path) as model:
         assert model.tensors["blk.0.ffn_down.weight"].type == file_type.lower()
         sizes = [1, 2, 3, 5, 8, 9, 16, 17, 66, 1] + ([512] if n_threads == 2 else [4])
@@ -174,11 +170,8 @@ ODD_ROWS = TargetSpec(n_layer=1, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, n
 @exact
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("file_type", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "F16"])
-def test_a_share_of_odd_length_gives_its_lone_row_the_same_logits(tmp_path_factory, file_type, n_threads):
-    directory = tmp_path_factory.mktemp("odd")
-    path = directory / f"odd-{file_type}.gguf"
-    eagle3.quantize(write_target(directory / "odd.gguf", ODD_ROWS), path, file_type)
-    with eagle3.Model(path) as model:
+def test_a_share_of_odd_length_gives_its_lone_row_the_same_logits(quantized, file_type, n_threads):
+    with eagle3.Model(quantized(ODD_ROWS, file_type)) as model:
         assert model.n_vocab == 641
         _check_passes(model, [1, 2, 3, 4, 5, 6, 9, 16, 1, 3], n_threads, np.random.default_rng(n_threads))
 
@@ -270,10 +263,10 @@ def _multi_token_rows(model) -> dict[str, int]:
 @pytest.mark.skipif(eagle3.multi_token_counts() is None, reason="this build has no multi-token kernels")
 @pytest.mark.parametrize("file_type", ["Q4_K_M", "Q5_K_M", "Q4_1", "Q5_0", "Q6_K", "Q4_0", "IQ4_NL", "F16", "F32",
                                        "Q2_K", "Q3_K_S", "Q3_K_M", "Q5_1", "IQ4_XS", "BF16", "Q8_0"])
-def test_a_pass_of_k_tokens_loads_each_weight_row_once_per_group_of_tokens(shape_files, file_type):
+def test_a_pass_of_k_tokens_loads_each_weight_row_once_per_group_of_tokens(quantized, file_type):
     if file_type == "BF16" and "bf16" not in MULTI_TOKEN_TYPES:
         pytest.skip("bf16 has no multi-token kernel on AVX-512 builds without AVX512-BF16")
-    with eagle3.Model(_quantized(shape_files, "1536", file_type)) as model, \
+    with eagle3.Model(quantized(SHAPES["1536"], file_type)) as model, \
             eagle3.Context(model, n_ctx=256, n_batch=64, n_threads=2) as ctx:
         rows = _multi_token_rows(model)
         assert rows
@@ -297,13 +290,7 @@ LEFTOVERS = TargetSpec(n_layer=1, n_embd=64, n_head=4, n_head_kv=2, n_ff=100, n_
 
 @exact
 @pytest.mark.parametrize("file_type", ["F16", "F32", "BF16"])
-def test_rows_with_leftover_values_give_a_token_its_one_token_logits(tmp_path_factory, file_type):
-    directory = tmp_path_factory.mktemp("leftovers")
-    path = write_target(directory / "leftovers.gguf", LEFTOVERS)
-    if file_type != "F32":
-        quantized = directory / f"leftovers-{file_type}.gguf"
-        eagle3.quantize(path, quantized, file_type)
-        path = quantized
-    with eagle3.Model(path) as model:
+def test_rows_with_leftover_values_give_a_token_its_one_token_logits(quantized, file_type):
+    with eagle3.Model(quantized(LEFTOVERS, file_type)) as model:
         assert model.tensors["blk.0.ffn_down.weight"].type == file_type.lower()
         _check_passes(model, [1, 2, 3, 7, 16, 32], 2, np.random.default_rng(6))
