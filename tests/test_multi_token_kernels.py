@@ -119,19 +119,20 @@ def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(q
         _check_passes(model, [1, 2, 5, 9, 13, 16, 32], n_threads, np.random.default_rng(n_threads))
 
 
-# With AVX512-VNNI, q5_K chunks (q6_K: of 5 tokens or more) take 16 rows at a
-# time, shorter q6_K ones two (with AVX2 alone, q2_K, q3_K, q5_K and q6_K
-# chunks of a few tokens or more: 8 rows): 1544 feed-forward rows leave a
+# With AVX512-VNNI, q5_K and iq4_xs chunks (q6_K: of 5 tokens or more) take 16
+# rows at a time, shorter q6_K ones two (with AVX2 alone, q2_K, q3_K, q5_K and
+# q6_K chunks of a few tokens or more: 8 rows): 1544 feed-forward rows leave a
 # partial tile of rows in every thread's share, 66 tokens are a chunk of 64 and
 # one of 2, and 512 tokens eight chunks; every token still gets its one-token
 # logits, and those are the model's.
 @exact
 @pytest.mark.parametrize("n_threads", [1, 2])
-@pytest.mark.parametrize("file_type", ["Q5_K_M", "Q6_K", "Q3_K_S", "Q2_K"])
-def test_k_quant_tiles_of_rows_give_each_token_its_one_token_logits(quantized, file_type, n_threads):
+@pytest.mark.parametrize("file_type, weight_type", [("Q5_K_M", "q5_k"), ("Q6_K", "q6_k"), ("Q3_K_S", "q3_k"),
+                                                    ("Q2_K", "q2_k"), ("IQ4_XS", "iq4_xs")])
+def test_k_quant_tiles_of_rows_give_each_token_its_one_token_logits(quantized, file_type, weight_type, n_threads):
     path = quantized(ODD_BLOCKS, file_type)
     with eagle3.Model(path) as model:
-        assert model.tensors["blk.0.ffn_up.weight"].type.lower() == file_type[:4].lower()
+        assert model.tensors["blk.0.ffn_up.weight"].type.lower() == weight_type
         sizes = [1, 2, 3, 4, 8, 9, 16, 66, 1] + ([512] if n_threads == 2 else [5])
         _check_passes(model, sizes, n_threads, np.random.default_rng(40 + n_threads))
     _check_matches_dequantized(path, n_threads)
@@ -222,10 +223,10 @@ _WIDE_TYPES = ("q5_0", "q5_1", "q6_k") if _AVX512 and "AVX512_VNNI = 1" in eagle
 # There repacked q4_K takes two groups of eight rows with up to 6 tokens.
 if _WIDE_TYPES:
     MULTI_TOKEN_TYPES["q4_k"] = (True, 6)
-# Every pass over q8_0, q4_1 and q5_K (and over q5_0 and q5_1 where the build
-# has AVX512-VBMI and VBMI2), and passes of 5 tokens or more over q6_K, take 16 rows per
-# 512-bit vector there, each row loaded once for up to 64 tokens.
-_TILE_FROM = {"q8_0": 1, "q4_1": 1, "q5_k": 1, "q6_k": 5} if _WIDE_TYPES else {}
+# Every pass over q8_0, q4_1, q5_K and iq4_xs (and over q5_0 and q5_1 where the
+# build has AVX512-VBMI and VBMI2), and passes of 5 tokens or more over q6_K,
+# take 16 rows per 512-bit vector there, each row loaded once for up to 64 tokens.
+_TILE_FROM = {"q8_0": 1, "q4_1": 1, "q5_k": 1, "iq4_xs": 1, "q6_k": 5} if _WIDE_TYPES else {}
 if _WIDE_TYPES and all(f"AVX512_{isa} = 1" in eagle3.system_info() for isa in ("VBMI", "VBMI2")):
     _TILE_FROM.update({"q5_0": 1, "q5_1": 1})
 # Without AVX512-VNNI, builds with AVX2, FMA and F16C take every pass over q4_1,
