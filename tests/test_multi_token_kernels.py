@@ -119,8 +119,8 @@ def test_an_odd_count_of_repacked_blocks_gives_each_token_its_one_token_logits(q
         _check_passes(model, [1, 2, 5, 9, 13, 16, 32], n_threads, np.random.default_rng(n_threads))
 
 
-# With AVX512-VNNI, q5_K and iq4_xs chunks (q6_K: of 5 tokens or more) take 16
-# rows at a time, shorter q6_K ones two (with AVX2 alone, q2_K, q3_K, q5_K and
+# With AVX512-VNNI, q5_K and iq4_xs chunks (q6_K: of 5 tokens or more, 4 on
+# Zen 4) take 16 rows at a time, shorter q6_K ones two (with AVX2 alone, q2_K, q3_K, q5_K and
 # q6_K chunks of a few tokens or more: 8 rows): 1544 feed-forward rows leave a
 # partial tile of rows in every thread's share, 66 tokens are a chunk of 64 and
 # one of 2, and 512 tokens eight chunks; every token still gets its one-token
