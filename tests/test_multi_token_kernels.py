@@ -224,24 +224,12 @@ _WIDE_TYPES = ("q5_0", "q5_1", "q6_k") if _AVX512 and "AVX512_VNNI = 1" in eagle
 if _WIDE_TYPES:
     MULTI_TOKEN_TYPES["q4_k"] = (True, 6)
 
-
-def _amd_family_25() -> bool:
-    """Whether this CPU is AMD's family 25 (Zen 3 and Zen 4), as ggml's x86 kernels read it."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            first_cpu = f.read().split("\n\n")[0]
-    except OSError:
-        return False
-    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu.splitlines())}
-    return fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
-
-
 # Every pass over q8_0, q4_1, q5_K and iq4_xs (and over q5_0 and q5_1 where the
-# build has AVX512-VBMI and VBMI2), and passes of 5 tokens or more over q6_K (4
-# on AMD's Zen 4), take 16 rows per 512-bit vector there, each row loaded once
-# for up to 64 tokens.
-_TILE_FROM = ({"q8_0": 1, "q4_1": 1, "q5_k": 1, "iq4_xs": 1, "q6_k": 4 if _amd_family_25() else 5}
-              if _WIDE_TYPES else {})
+# build has AVX512-VBMI and VBMI2), and passes of 5 tokens or more over q6_K,
+# take 16 rows per 512-bit vector there, each row loaded once for up to 64
+# tokens. (On AMD's Zen 4 q6_K takes them from 4 tokens; a pass of 4 loads each
+# row once through either kernel, so the counts below do not tell them apart.)
+_TILE_FROM = {"q8_0": 1, "q4_1": 1, "q5_k": 1, "iq4_xs": 1, "q6_k": 5} if _WIDE_TYPES else {}
 if _WIDE_TYPES and all(f"AVX512_{isa} = 1" in eagle3.system_info() for isa in ("VBMI", "VBMI2")):
     _TILE_FROM.update({"q5_0": 1, "q5_1": 1})
 # Without AVX512-VNNI, builds with AVX2, FMA and F16C take every pass over q4_1,
