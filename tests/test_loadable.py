@@ -99,6 +99,8 @@ def test_a_model_read_into_memory_instead_of_mapped_decodes_the_same(pair_paths)
     assert all(o == outputs[0] for o in outputs)
     with pytest.raises(eagle3.ArgumentTypeError):
         eagle3.Model(target, use_mmap="no")
+    with pytest.raises(eagle3.ArgumentTypeError):
+        eagle3.Model(target, repack=0)
 
 
 @pytest.mark.parametrize("kv, code", [({"llama.attention.causal": (False, T.BOOL)}, "target-not-causal"),

@@ -239,6 +239,15 @@ if not _WIDE_TYPES and all(f"{isa} = 1" in eagle3.system_info() for isa in ("AVX
     _TILE_FROM.update({"q4_1": 1, "q5_0": 1, "q5_1": 1, "q5_k": 3, "q6_k": 4, "q3_k": 2, "q2_k": 4})
 
 
+# There q5_K, q6_K and iq4_xs matrices whose rows come in groups of 16 are
+# repacked at load into blocks of 16 rows, which every pass takes, each row
+# loaded once for up to 8 tokens (other matrices of these types keep the
+# kernels above).
+_K_BLOCKS_OF_16 = ("q5_k", "q6_k", "iq4_xs") if _WIDE_TYPES else ()
+for _t in _K_BLOCKS_OF_16:
+    MULTI_TOKEN_TYPES[f"{_t} in blocks of 16"] = (True, 8)
+
+
 def _group(ggml_type: str, k: int) -> int:
     """How many of a pass's k tokens share one load of a weight row."""
     if _AMX and k >= _AMX_FROM.get(ggml_type, k + 1):
@@ -257,6 +266,8 @@ def _multi_token_rows(model) -> dict[str, int]:
     for name, info in model.tensors.items():
         used = name.startswith("blk.") or name == "output.weight" or (tied and name == "token_embd.weight")
         ggml_type = info.type.lower()
+        if ggml_type in _K_BLOCKS_OF_16 and info.shape[1] % 16 == 0:
+            ggml_type += " in blocks of 16"
         repacked, _ = MULTI_TOKEN_TYPES.get(ggml_type, (None, 0))
         if used and len(info.shape) == 2 and repacked is not None and not (repacked and info.shape[1] % 8):
             rows[ggml_type] = rows.get(ggml_type, 0) + info.shape[1]
@@ -283,6 +294,25 @@ def test_a_pass_of_k_tokens_loads_each_weight_row_once_per_group_of_tokens(quant
             assert products == k * sum(rows.values()), f"{k} tokens"
             assert row_loads == sum(math.ceil(k / _group(t, k)) * n for t, n in rows.items()), f"{k} tokens"
             at += k
+
+
+# Repacked into blocks of 16 rows, q5_K, q6_K and iq4_xs rows give each token
+# the bits the kernels that read the file's own layout give it (repack=False):
+# the same integer per block, the same float steps.
+@exact
+@pytest.mark.skipif(not _K_BLOCKS_OF_16, reason="q5_K, q6_K and iq4_xs are repacked only with AVX512-VNNI")
+@pytest.mark.parametrize("file_type", ["Q6_K", "Q5_K_M", "IQ4_XS"])
+def test_blocks_of_16_rows_give_the_bits_of_the_files_layout(quantized, file_type):
+    path = quantized(SHAPES["1536"], file_type)
+    tokens = np.arange(7, 16, dtype=np.int32)
+    logits = {}
+    for repack in (True, False):
+        with eagle3.Model(path, repack=repack) as model, eagle3.Context(model, n_ctx=64, n_threads=2) as ctx:
+            assert any(info.type.lower() in _K_BLOCKS_OF_16 for info in model.tensors.values())
+            ctx.decode(eagle3.Batch.from_tokens(tokens[:1]))
+            ctx.decode(eagle3.Batch.from_tokens(tokens[1:], pos0=1, output="all"))
+            logits[repack] = np.stack([ctx.logits(i) for i in range(len(tokens) - 1)])
+    np.testing.assert_array_equal(logits[True], logits[False])
 
 
 # Float weights sum a row in vectors of 8 or 16 values and its last values one

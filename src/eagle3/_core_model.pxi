@@ -64,7 +64,7 @@ cdef class ModelHandle:
 
     def __cinit__(self, path, int n_gpu_layers=0, bint load_mtp=False, bint vocab_only=False,
                   bint check_tensors=False, use_mmap=None, bint use_mlock=False, tuple rpc_servers=(),
-                  tensor_split=None):
+                  tensor_split=None, bint repack=True):
         cdef bytes bpath = _fs_path(path)
         cdef llama_model_params params = llama_model_default_params()
         self.endpoints = tuple(ep.encode() for ep in rpc_servers)
@@ -97,6 +97,7 @@ cdef class ModelHandle:
         params.load_mtp = load_mtp
         params.vocab_only = vocab_only
         params.check_tensors = check_tensors
+        params.use_extra_bufts = repack
         if use_mmap is None:  # llama.cpp's choice (mapping the file, on a CPU)
             params.load_mode = LLAMA_LOAD_MODE_MLOCK if use_mlock else LLAMA_LOAD_MODE_AUTO
         elif use_mmap:

@@ -48,6 +48,7 @@ cdef extern from "llama.h" nogil:
         bint vocab_only
         bint check_tensors
         bint load_mtp
+        bint use_extra_bufts  # repacked weight layouts (ggml-cpu/repack.cpp)
 
     cdef struct llama_context_params:
         uint32_t n_ctx

@@ -51,13 +51,20 @@ class Model(Resource):
     library can turn into an exception. ``use_mmap=False`` reads it into memory.
     ``use_mlock`` keeps the weights in RAM (no swapping; needs the memory lock
     limit, ``ulimit -l``).
+
+    ``repack=False`` keeps the weights as the file lays them out. By default
+    the CPU takes some types in layouts of its own, made at load (llama.cpp's
+    repacking: q4_0, iq4_nl and q4_K in groups of 8 rows; with AVX512-VNNI
+    q5_K, q6_K and iq4_xs in groups of 16), which every pass reads faster;
+    repacked weights live in memory of their own rather than in the mapped
+    file.
     """
 
     _kind = "model"
 
     def __init__(self, path: str | os.PathLike, n_gpu_layers: int | None = None, *, load_mtp: bool | None = None,
                  vocab_only: bool = False, check_tensors: bool = False, use_mmap: bool | None = None,
-                 use_mlock: bool = False, rpc_servers=(), tensor_split=None) -> None:
+                 use_mlock: bool = False, rpc_servers=(), tensor_split=None, repack: bool = True) -> None:
         super().__init__()
         try:
             self.path = os.fspath(path)
@@ -81,11 +88,11 @@ class Model(Resource):
             nextn = self._metadata.get(f"{self.architecture}.nextn_predict_layers")
             load_mtp = isinstance(nextn, (int, np.integer)) and not isinstance(nextn, bool) and nextn > 0
         self.load_mtp = bool(load_mtp)
-        for name, value in (("use_mmap", use_mmap), ("use_mlock", use_mlock)):
+        for name, value in (("use_mmap", use_mmap), ("use_mlock", use_mlock), ("repack", repack)):
             if value is not None and not isinstance(value, bool):
                 raise ArgumentTypeError(f"{name} must be a bool, got {type(value).__name__}")
         self._handle = h = _core.ModelHandle(self.path, n_gpu_layers, self.load_mtp, vocab_only, check_tensors,
-                                             use_mmap, use_mlock, self.rpc_servers, tensor_split)
+                                             use_mmap, use_mlock, self.rpc_servers, tensor_split, repack)
         self.n_vocab: int = h.n_vocab
         self.n_layer: int = h.n_layer
         self.n_layer_nextn: int = h.n_layer_nextn
