@@ -296,23 +296,57 @@ def test_a_pass_of_k_tokens_loads_each_weight_row_once_per_group_of_tokens(quant
             at += k
 
 
-# Repacked into blocks of 16 rows, q5_K, q6_K and iq4_xs rows give each token
-# the bits the kernels that read the file's own layout give it (repack=False):
-# the same integer per block, the same float steps.
+# The types the tiles of 16 rows take for every pass (q8_0, q4_1, and q5_0 and
+# q5_1 with VBMI) are repacked there too, into blocks of 16 rows the same tiles
+# read without transposing them; their rows are loaded as often as before.
+_BLOCKS_OF_16 = (*_K_BLOCKS_OF_16, *(t for t in ("q8_0", "q4_1", "q5_0", "q5_1") if _WIDE_TYPES and _TILE_FROM.get(t) == 1))
+
+
+# Repacked into blocks of 16 rows, rows give each token the bits the kernels
+# that read the file's own layout give it (repack=False): the same integer per
+# block, the same float steps.
 @exact
-@pytest.mark.skipif(not _K_BLOCKS_OF_16, reason="q5_K, q6_K and iq4_xs are repacked only with AVX512-VNNI")
-@pytest.mark.parametrize("file_type", ["Q6_K", "Q5_K_M", "IQ4_XS"])
+@pytest.mark.parametrize("file_type", ["Q6_K", "Q5_K_M", "IQ4_XS", "Q8_0", "Q4_1", "Q5_0", "Q5_1"])
 def test_blocks_of_16_rows_give_the_bits_of_the_files_layout(quantized, file_type):
     path = quantized(SHAPES["1536"], file_type)
     tokens = np.arange(7, 16, dtype=np.int32)
     logits = {}
     for repack in (True, False):
         with eagle3.Model(path, repack=repack) as model, eagle3.Context(model, n_ctx=64, n_threads=2) as ctx:
-            assert any(info.type.lower() in _K_BLOCKS_OF_16 for info in model.tensors.values())
+            if not any(info.type.lower() in _BLOCKS_OF_16 for info in model.tensors.values()):
+                pytest.skip(f"this build does not repack {file_type}'s types into blocks of 16 rows")
             ctx.decode(eagle3.Batch.from_tokens(tokens[:1]))
             ctx.decode(eagle3.Batch.from_tokens(tokens[1:], pos0=1, output="all"))
             logits[repack] = np.stack([ctx.logits(i) for i in range(len(tokens) - 1)])
     np.testing.assert_array_equal(logits[True], logits[False])
+
+
+# Experts' matrices (mul_mat_id) take the repacked layouts' kernels too, a
+# token at a time: a mixture-of-experts model in the types that are repacked
+# gives each token of a pass its one-token logits, and those are within
+# rounding of the logits it gives in the file's layout (whose experts take
+# vec_dot, with bits of its own for some types).
+@exact
+@pytest.mark.parametrize("file_type", ["Q6_K", "Q8_0", "Q4_0"])
+def test_experts_in_repacked_layouts_give_each_token_its_one_token_logits(tmp_path, file_type):
+    from arch_files import write as write_arch
+
+    source = tmp_path / "moe.gguf"
+    write_arch(source, "qwen3moe", {"E": 256, "H": 4, "HKV": 2, "FF": 256, "NEXP": 4, "NUSED": 2, "FFEXP": 256,
+                                    "V": 96})
+    path = tmp_path / f"moe-{file_type}.gguf"
+    eagle3.quantize(source, path, file_type)
+    tokens = np.arange(3, 12, dtype=np.int32)
+    logits = {}
+    for repack in (True, False):
+        with eagle3.Model(path, repack=repack) as model:
+            assert model.tensors["blk.0.ffn_down_exps.weight"].type.lower() == file_type.lower()
+            _check_passes(model, [1, 2, 5, 9], 2, np.random.default_rng(7))
+            with eagle3.Context(model, n_ctx=64, n_threads=2) as ctx:
+                ctx.decode(eagle3.Batch.from_tokens(tokens, output="all"))
+                logits[repack] = np.stack([ctx.logits(i) for i in range(len(tokens))])
+    scale = np.median(np.abs(logits[False]))
+    assert np.median(np.abs(logits[True] - logits[False])) < 1e-3 * scale
 
 
 # Float weights sum a row in vectors of 8 or 16 values and its last values one

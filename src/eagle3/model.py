@@ -55,9 +55,11 @@ class Model(Resource):
     ``repack=False`` keeps the weights as the file lays them out. By default
     the CPU takes some types in layouts of its own, made at load (llama.cpp's
     repacking: q4_0, iq4_nl and q4_K in groups of 8 rows; with AVX512-VNNI
-    q5_K, q6_K and iq4_xs in groups of 16), which every pass reads faster;
-    repacked weights live in memory of their own rather than in the mapped
-    file.
+    q5_K, q6_K, iq4_xs, q8_0 and q4_1, and with AVX512-VBMI too q5_0 and
+    q5_1, in groups of 16), which
+    every pass reads faster; the groups of 16 give the logits the file's
+    layout gives, bit for bit. Repacked weights live in memory of their own
+    rather than in the mapped file.
     """
 
     _kind = "model"
