@@ -8,6 +8,7 @@ and the quantizer's mixes."""
 from __future__ import annotations
 
 import ctypes
+import logging
 import math
 import platform
 from pathlib import Path
@@ -307,14 +308,19 @@ _BLOCKS_OF_16 = (*_K_BLOCKS_OF_16, *(t for t in ("q8_0", "q4_1", "q5_0", "q5_1")
 # block, the same float steps.
 @exact
 @pytest.mark.parametrize("file_type", ["Q6_K", "Q5_K_M", "IQ4_XS", "Q8_0", "Q4_1", "Q5_0", "Q5_1"])
-def test_blocks_of_16_rows_give_the_bits_of_the_files_layout(quantized, file_type):
+def test_blocks_of_16_rows_give_the_bits_of_the_files_layout(quantized, file_type, caplog):
     path = quantized(SHAPES["1536"], file_type)
     tokens = np.arange(7, 16, dtype=np.int32)
     logits = {}
     for repack in (True, False):
-        with eagle3.Model(path, repack=repack) as model, eagle3.Context(model, n_ctx=64, n_threads=2) as ctx:
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="eagle3"), eagle3.Model(path, repack=repack) as model, \
+                eagle3.Context(model, n_ctx=64, n_threads=2) as ctx:
+            repacked = "_16x4" in caplog.text
             if not any(info.type.lower() in _BLOCKS_OF_16 for info in model.tensors.values()):
                 pytest.skip(f"this build does not repack {file_type}'s types into blocks of 16 rows")
+            # llama.cpp logs each repacked tensor ("repack tensor blk.0.attn_q.weight with q6_K_16x4")
+            assert bool(repacked) == repack, caplog.text[-2000:]
             ctx.decode(eagle3.Batch.from_tokens(tokens[:1]))
             ctx.decode(eagle3.Batch.from_tokens(tokens[1:], pos0=1, output="all"))
             logits[repack] = np.stack([ctx.logits(i) for i in range(len(tokens) - 1)])
