@@ -1,9 +1,10 @@
 """Where one speculative round's time goes, against a plain decoding step.
 
-    python bench/round_profile.py [--target T.gguf --draft D.gguf] [--n-draft 2 4 8] [--prompts 8]
+    python bench/round_profile.py [--target T.gguf --draft D.gguf | --toy] [--n-draft 2 4 8] [--prompts 8]
 
-For each draft length, generates greedily on the toy pair's held-out code
-prompts (the toy pair by default) and splits the decode rounds into the engine's own timers:
+For each draft length, generates greedily on held-out prompts (the default
+pair and its held-out chat messages by default; the toy pair and its code
+prompts with --toy; code prompts with --target) and splits the decode rounds into the engine's own timers:
 drafting (the draft's one-token passes), verification (the target's pass over
 the last token and the drafts), the draft's ``process`` of the verified
 tokens, and sampling; the rest (batch building, KV trimming, bookkeeping) is
@@ -32,16 +33,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target")
     parser.add_argument("--draft")
+    parser.add_argument("--toy", action="store_true", help="the toy pair that ships inside eagle3")
     parser.add_argument("--n-draft", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("-n", type=int, default=128, help="tokens per prompt")
     args = parser.parse_args()
-    target_path, draft_path = (args.target, args.draft) if args.target else shipped.toy_pair()
-    texts = shipped.toy_prompts()[:args.prompts]
+    chat = not (args.target or args.toy)
+    if args.target:
+        target_path, draft_path = args.target, args.draft
+    else:
+        target_path, draft_path = shipped.toy_pair() if args.toy else shipped.default_pair()
+    texts = (shipped.held_out_chat_prompts() if chat else shipped.toy_prompts())[:args.prompts]
     with eagle3.Model(target_path) as tm, eagle3.Model(draft_path) as dm, \
             eagle3.Context(tm, n_ctx=2048) as tctx, eagle3.Context(dm, other=tctx) as dctx, \
             eagle3.Context(tm, n_ctx=2048) as plain:
-        prompts = [tm.tokenize(t) for t in texts]
+        prompts = [tm.chat_tokens([{"role": "user", "content": t}]) if chat else tm.tokenize(t) for t in texts]
         plain.generate(prompts[0], 8)
         plain_stats = sum((plain.generate(p, args.n).stats for p in prompts), eagle3.GenerationStats())
         t_plain = decode_only(plain_stats) / (plain_stats.n_generated - len(prompts))

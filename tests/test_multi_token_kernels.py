@@ -185,11 +185,12 @@ MULTI_TOKEN_TYPES = {"q4_0": (True, 8), "q4_k": (True, 8), "iq4_nl": (True, 8), 
                      "q5_0": (False, 5), "q5_1": (False, 5), "q2_k": (False, 4), "q3_k": (False, 4),
                      "q5_k": (False, 8), "q6_k": (False, 8), "iq4_xs": (False, 4)}
 # In passes of up to 16 tokens f32 takes one row with 6 tokens at a time with
-# AVX-512 (32 vector registers); f16, and f32 and bf16 on AVX2, two rows with 6
-# tokens; bf16 with AVX512-BF16 as AVX-512's f32; on AVX-512 without
-# AVX512-BF16, bf16 keeps tinyBLAS.
+# AVX-512 (32 vector registers); f16 and bf16, and f32 on AVX2, two rows with 6
+# tokens (AVX-512: 9); on AVX-512 without AVX512-BF16, bf16 keeps tinyBLAS.
 _AVX512 = "AVX512 = 1" in eagle3.system_info()
-MULTI_TOKEN_TYPES.update({"f32": (False, 6), "f16": (False, 6), "bf16": (False, 6)})
+_TWO_STREAM_TOKENS = 9 if _AVX512 else 6
+MULTI_TOKEN_TYPES.update({"f32": (False, 6 if _AVX512 else _TWO_STREAM_TOKENS), "f16": (False, _TWO_STREAM_TOKENS),
+                          "bf16": (False, _TWO_STREAM_TOKENS)})
 if _AVX512 and "AVX512_BF16 = 1" not in eagle3.system_info():
     del MULTI_TOKEN_TYPES["bf16"]
 
