@@ -4,14 +4,14 @@
 
 For each draft length, generates greedily on held-out prompts (the default
 pair and its held-out chat messages by default; the toy pair and its code
-prompts with --toy; code prompts with --target) and splits the decode rounds into the engine's own timers:
-drafting (the draft's one-token passes), verification (the target's pass over
-the last token and the drafts), the draft's ``process`` of the verified
-tokens, and sampling; the rest (batch building, KV trimming, bookkeeping) is
-what the timers do not cover. Then the single costs those are made of,
-measured alone: a target pass over 1 and k+1 tokens, a draft step. Last, the
-break-even: the round cost that would match plain decoding at the measured
-tau.
+prompts with --toy; code prompts with --target) and splits the decode rounds
+into the engine's own timers: drafting (the draft's one-token passes),
+verification (the target's pass over the last token and the drafts), the
+draft's ``process`` of the verified tokens, and sampling; the rest (batch
+building, KV trimming, bookkeeping) is what the timers do not cover. Then the
+single costs those are made of, measured alone: a target pass over 1 and k+1
+tokens, a draft step. The budget column is the break-even: the round cost that
+would match plain decoding at the measured tau.
 """
 
 from __future__ import annotations

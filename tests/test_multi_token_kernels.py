@@ -189,8 +189,7 @@ MULTI_TOKEN_TYPES = {"q4_0": (True, 8), "q4_k": (True, 8), "iq4_nl": (True, 8), 
 # tokens (AVX-512: 9); on AVX-512 without AVX512-BF16, bf16 keeps tinyBLAS.
 _AVX512 = "AVX512 = 1" in eagle3.system_info()
 _TWO_STREAM_TOKENS = 9 if _AVX512 else 6
-MULTI_TOKEN_TYPES.update({"f32": (False, 6 if _AVX512 else _TWO_STREAM_TOKENS), "f16": (False, _TWO_STREAM_TOKENS),
-                          "bf16": (False, _TWO_STREAM_TOKENS)})
+MULTI_TOKEN_TYPES.update({"f32": (False, 6), "f16": (False, _TWO_STREAM_TOKENS), "bf16": (False, _TWO_STREAM_TOKENS)})
 if _AVX512 and "AVX512_BF16 = 1" not in eagle3.system_info():
     del MULTI_TOKEN_TYPES["bf16"]
 
