@@ -83,6 +83,32 @@ def test_draft_logits_are_those_of_the_last_draft_step_until_the_next_call(spec_
         session.draft_logits()
 
 
+def _first_draft(pair, p_min):
+    target, draft = pair
+    with eagle3.Context(target, n_ctx=128) as tctx, eagle3.Context(draft, other=tctx) as dctx, \
+            eagle3.Eagle3Session(tctx, dctx, n_draft_max=1, p_min=p_min) as session:
+        prompt = np.arange(30, 45, dtype=np.int32)
+        batch = eagle3.Batch.from_tokens(prompt)
+        tctx.decode(batch)
+        session.process(batch)
+        drafted = session.draft(0, len(prompt), tctx.argmax(-1)).copy()
+        return drafted, session.draft_logits() if len(drafted) else None
+
+
+@pytest.mark.parametrize("pair", ["random", "chain"])
+def test_greedy_draft_is_the_top_k_10_chains_choice(models, pair):
+    # the drafters' greedy pick: the largest logit's token, and (what p_min is compared
+    # with) its probability among the 10 largest logits, as llama.cpp's top-k 10 chain
+    drafted, logits = _first_draft(models[pair], 0.0)
+    assert drafted.tolist() == [int(np.argmax(logits))]
+    top = np.sort(logits[np.isfinite(logits)])[::-1][:10]
+    p = np.float32(1.0 / np.sum(np.exp(top - top[0]).astype(np.float32), dtype=np.float64))
+    assert 0 < p <= 1
+    assert _first_draft(models[pair], float(p) * (1 - 1e-5))[0].tolist() == drafted.tolist()
+    if p < 1:
+        assert len(_first_draft(models[pair], float(p) * (1 + 1e-5))[0]) == 0
+
+
 def test_print_stats_logs_to_the_eagle3_logger(spec_setup, caplog):
     _, _, session = spec_setup
     with caplog.at_level(logging.INFO, logger="eagle3"):

@@ -2,6 +2,10 @@
 #include "eagle3_sampling.hpp"
 #include "shim_util.hpp"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 
@@ -187,6 +191,62 @@ void seq_sampler::accept(int32_t token) {
     for (llama_sampler * smpl : stages_) {
         llama_sampler_accept(smpl, token);
     }
+}
+
+// whether any of span logits is above floor (a row is nearly all below the 10th largest
+// so far): four compares of four where the build has SSE2 (every x86-64)
+constexpr int32_t span = 16;
+static bool any_above(const float * x, float floor) {
+#if defined(__SSE2__)
+    const __m128 f = _mm_set1_ps(floor);
+    const __m128 above = _mm_or_ps(_mm_or_ps(_mm_cmpgt_ps(_mm_loadu_ps(x), f), _mm_cmpgt_ps(_mm_loadu_ps(x + 4), f)),
+                                   _mm_or_ps(_mm_cmpgt_ps(_mm_loadu_ps(x + 8), f), _mm_cmpgt_ps(_mm_loadu_ps(x + 12), f)));
+    return _mm_movemask_ps(above) != 0;
+#else
+    bool any = false;
+    for (int32_t i = 0; i < span; ++i) {
+        any |= x[i] > floor;
+    }
+    return any;
+#endif
+}
+
+int32_t greedy_draft_pick(const float * logits, int32_t n_vocab, const llama_token * suppressed, int32_t n_suppressed,
+                          float * p) {
+    constexpr int k = 10;
+    float top[k];
+    int32_t ids[k];
+    int n = 0;
+    for (int32_t i0 = 0; i0 < n_vocab; i0 += span) {
+        const int32_t i1 = std::min(i0 + span, n_vocab);
+        if (i1 - i0 == span && !any_above(logits + i0, n == k ? top[k - 1] : -INFINITY)) {
+            continue;
+        }
+        for (int32_t i = i0; i < i1; ++i) {
+            const float x = logits[i];
+            if (!(x > (n == k ? top[k - 1] : -INFINITY)) ||
+                std::find(suppressed, suppressed + n_suppressed, i) != suppressed + n_suppressed) {
+                continue;
+            }
+            int j = n < k ? n++ : k - 1;
+            for (; j > 0 && top[j - 1] < x; --j) {
+                top[j] = top[j - 1];
+                ids[j] = ids[j - 1];
+            }
+            top[j] = x;
+            ids[j] = i;
+        }
+    }
+    if (n == 0 || top[0] == INFINITY) {
+        *p = -1.0f;
+        return 0;
+    }
+    double sum = 0.0;
+    for (int j = 0; j < n; ++j) {
+        sum += expf(top[j] - top[0]);
+    }
+    *p = (float) (1.0 / sum);
+    return ids[0];
 }
 
 int32_t seq_sampler::draft_pick(const float * logits, distribution & q, float * p) {

@@ -26,6 +26,14 @@ struct distribution {
     int32_t argmax() const;  // the first most probable candidate (in id order where unsorted)
 };
 
+// What llama.cpp's drafters pick greedily with their sampler chain (the logits less the
+// vocabulary's suppressed tokens, top-k 10, a softmax summed in double from the largest
+// down): the first token of the largest logit, and *p its probability among the 10
+// largest. One pass over the row instead of the chain's n_vocab candidates and their
+// sort. A row with no finite logit (or none but suppressed ones) gives *p = -1.
+int32_t greedy_draft_pick(const float * logits, int32_t n_vocab, const llama_token * suppressed, int32_t n_suppressed,
+                          float * p);
+
 class seq_sampler {
   public:
     seq_sampler() = default;

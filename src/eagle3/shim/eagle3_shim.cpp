@@ -6,6 +6,7 @@
 // counters that upstream leaves to the caller.
 
 #include "eagle3_shim.h"
+#include "eagle3_sampling.hpp"
 #include "shim_util.hpp"
 
 #include "common.h"
@@ -838,6 +839,19 @@ static int check_draft_request(const e3_spec * s, int32_t n_req, const int32_t *
     return E3_OK;
 }
 
+// the drafters' own greedy choice (e3::greedy_draft_pick), without their sampler chain
+static int32_t greedy_draft(void *, llama_context * ctx, int32_t idx, float * p) {
+    const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(ctx));
+    const float * logits = llama_get_logits_ith(ctx, idx);
+    int32_t n_suppressed = 0;
+    const llama_token * suppressed = llama_vocab_get_suppress_tokens(vocab, &n_suppressed);
+    if (!logits) {
+        *p = -1.0f;
+        return 0;
+    }
+    return e3::greedy_draft_pick(logits, llama_vocab_n_tokens(vocab), suppressed, n_suppressed, p);
+}
+
 extern "C" int e3_spec_draft(e3_spec * s, int32_t n_req, const int32_t * seq_ids, const int32_t * n_past,
                              const int32_t * id_last, const int32_t * n_max, int32_t * out, int32_t out_stride,
                              int32_t * out_len, e3_error * err) {
@@ -875,7 +889,7 @@ extern "C" int e3_spec_draft(e3_spec * s, int32_t n_req, const int32_t * seq_ids
             dp.prompt = &history;
             dp.result = &result;
             dp.result_p = &s->result_p[seq];
-            dp.sample = s->samplers[seq].fn;
+            dp.sample = s->samplers[seq].fn ? s->samplers[seq].fn : greedy_draft;
             dp.sample_user = s->samplers[seq].user;
         }
         const auto t0 = clock_type::now();
