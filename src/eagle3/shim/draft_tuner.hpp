@@ -17,8 +17,12 @@ namespace e3 {
 // per sequence (a verify pass's cost grows faster than its size on a CPU:
 // the second token of a pass can cost half what the third does), never less
 // than the draft call that made it (a probe slowed by another process would
-// otherwise make drafting look free); a length
-// not measured yet takes the average over all lengths. A round yields
+// otherwise make drafting look free): the lower third of the latest
+// cost_window such rounds. Another process can only slow a round, and a
+// probe's figure is the faster of its two rounds: an average of every round
+// charged drafting for the machine's noise that the plain step was spared,
+// and tipped near calls to plain decoding. A length not measured yet takes
+// the average over all lengths. A round yields
 // 1 + sum_j prod_{i<j} p_i tokens per sequence, p_i being the acceptance of
 // draft position i once reached (its prior: the position before it, weighted
 // as two drafts; 1/2 for the first). Plain decoding (no draft and no process)
@@ -34,13 +38,14 @@ struct draft_tuner {
     static constexpr int32_t rounds_to_decide = 6;   // rounds at the shortest length before plain decoding can win
     static constexpr double  close_call = 0.95;      // speculation within this of plain decoding is tried again
     static constexpr double  reprobe_below = 0.9;    // a round with drafts this much cheaper than t_fixed: probe again
+    static constexpr size_t  cost_window = 15;       // the latest rounds whose per-draft costs are kept, per length
 
     double t_fixed = 0.0;      // a round without drafts: one-token verify + process
     double t_plain = 0.0;      // a plain step: one-token verify
     double t_per_draft = 0.0;  // each drafted token: its draft step, verify row, process row
     double probe_fixed = 0.0, probe_plain = 0.0;  // the probe under way: its fastest round so far
     int64_t reprobe_at = -1;   // the first round of an extra probe (-1: none due)
-    std::vector<double> t_per_draft_at;  // the same from the rounds that drafted k per sequence
+    std::vector<std::vector<double>> costs_at;  // the same from the latest rounds that drafted k per sequence
     std::vector<int32_t> n_rounds_at;    // how many such rounds (index k)
     int32_t n_spec_rounds = 0;
     int32_t n_gen_spec_rounds = 0;  // the same, in this generation
@@ -53,7 +58,7 @@ struct draft_tuner {
         *this = draft_tuner{};
         reached.assign(std::max(n_draft, 1), 0);
         accepted.assign(std::max(n_draft, 1), 0);
-        t_per_draft_at.assign(std::max(n_draft, 1) + 1, 0.0);
+        costs_at.assign(std::max(n_draft, 1) + 1, {});
         n_rounds_at.assign(std::max(n_draft, 1) + 1, 0);
     }
 
@@ -140,7 +145,11 @@ struct draft_tuner {
             blend(t_per_draft, per_draft);
             const int32_t k = std::min((n_drafted + n_live - 1) / std::max(n_live, 1), (int32_t) n_rounds_at.size() - 1);
             if (k >= 0) {
-                blend(t_per_draft_at[k], per_draft);
+                std::vector<double> & costs = costs_at[k];
+                if (costs.size() == cost_window) {
+                    costs.erase(costs.begin());
+                }
+                costs.push_back(per_draft);
                 n_rounds_at[k]++;
             }
             n_spec_rounds++;
@@ -150,7 +159,13 @@ struct draft_tuner {
 
     // what each drafted token costs in a round that drafts k per sequence
     double cost_per_draft(int32_t k) const {
-        return k < (int32_t) n_rounds_at.size() && n_rounds_at[k] >= 2 ? t_per_draft_at[k] : t_per_draft;
+        if (k >= (int32_t) costs_at.size() || costs_at[k].size() < 2) {
+            return t_per_draft;
+        }
+        std::vector<double> costs = costs_at[k];
+        const auto third = costs.begin() + (costs.size() - 1) / 3;
+        std::nth_element(costs.begin(), third, costs.end());
+        return *third;
     }
 
     // tokens per second and sequence when each of n_live sequences drafts k
