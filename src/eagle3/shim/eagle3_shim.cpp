@@ -841,14 +841,14 @@ static int check_draft_request(const e3_spec * s, int32_t n_req, const int32_t *
 
 // the drafters' own greedy choice (e3::greedy_draft_pick), without their sampler chain
 static int32_t greedy_draft(void *, llama_context * ctx, int32_t idx, float * p) {
-    const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(ctx));
     const float * logits = llama_get_logits_ith(ctx, idx);
-    int32_t n_suppressed = 0;
-    const llama_token * suppressed = llama_vocab_get_suppress_tokens(vocab, &n_suppressed);
     if (!logits) {
         *p = -1.0f;
         return 0;
     }
+    const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(ctx));
+    int32_t n_suppressed = 0;
+    const llama_token * suppressed = llama_vocab_get_suppress_tokens(vocab, &n_suppressed);
     return e3::greedy_draft_pick(logits, llama_vocab_n_tokens(vocab), suppressed, n_suppressed, p);
 }
 
