@@ -6,6 +6,7 @@ import logging
 
 import numpy as np
 import pytest
+from gguf_edit import T, rewrite
 
 import eagle3
 from eagle3 import Eagle3SessionConfig
@@ -107,6 +108,27 @@ def test_greedy_draft_is_the_top_k_10_chains_choice(models, pair):
     assert _first_draft(models[pair], float(p) * (1 - 1e-5))[0].tolist() == drafted.tolist()
     if p < 1:
         assert len(_first_draft(models[pair], float(p) * (1 + 1e-5))[0]) == 0
+
+
+def test_greedy_draft_skips_the_drafts_suppressed_tokens(pair_paths, tmp_path):
+    # tokens a draft model's tokenizer.ggml.suppress_tokens lists are never drafted (the
+    # chain gives them -inf): the pick is the largest other logit, its p among the 10
+    # largest others
+    target_path, draft_path = pair_paths["random"]
+    with eagle3.Model(target_path) as target, eagle3.Model(draft_path) as draft:
+        drafted, logits = _first_draft((target, draft), 0.0)
+    suppressed = [int(drafted[0]), int(np.argsort(logits)[-3])]
+    edited = rewrite(draft_path, tmp_path / "suppressing.gguf",
+                     set_kv={"tokenizer.ggml.suppress_tokens": (suppressed, T.ARRAY, T.INT32)})
+    rest = logits.copy()
+    rest[suppressed] = -np.inf
+    top = np.sort(rest)[::-1][:10]
+    p = np.float32(1.0 / np.sum(np.exp(top - top[0]).astype(np.float32), dtype=np.float64))
+    assert 0 < p < 1
+    with eagle3.Model(target_path) as target, eagle3.Model(edited) as draft:
+        assert _first_draft((target, draft), 0.0)[0].tolist() == [int(np.argmax(rest))]
+        assert _first_draft((target, draft), float(p) * (1 - 1e-5))[0].tolist() == [int(np.argmax(rest))]
+        assert len(_first_draft((target, draft), float(p) * (1 + 1e-5))[0]) == 0
 
 
 def test_print_stats_logs_to_the_eagle3_logger(spec_setup, caplog):

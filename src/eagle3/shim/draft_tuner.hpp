@@ -46,6 +46,7 @@ struct draft_tuner {
     double probe_fixed = 0.0, probe_plain = 0.0;  // the probe under way: its fastest round so far
     int64_t reprobe_at = -1;   // the first round of an extra probe (-1: none due)
     std::vector<std::vector<double>> costs_at;  // the same from the latest rounds that drafted k per sequence
+    std::vector<double> lower_third_at;  // the lower third of costs_at[k] (cost_per_draft), kept as rounds come
     std::vector<int32_t> n_rounds_at;    // how many such rounds (index k)
     int32_t n_spec_rounds = 0;
     int32_t n_gen_spec_rounds = 0;  // the same, in this generation
@@ -59,6 +60,7 @@ struct draft_tuner {
         reached.assign(std::max(n_draft, 1), 0);
         accepted.assign(std::max(n_draft, 1), 0);
         costs_at.assign(std::max(n_draft, 1) + 1, {});
+        lower_third_at.assign(std::max(n_draft, 1) + 1, 0.0);
         n_rounds_at.assign(std::max(n_draft, 1) + 1, 0);
     }
 
@@ -150,6 +152,10 @@ struct draft_tuner {
                     costs.erase(costs.begin());
                 }
                 costs.push_back(per_draft);
+                std::vector<double> sorted = costs;
+                const auto third = sorted.begin() + (sorted.size() - 1) / 3;
+                std::nth_element(sorted.begin(), third, sorted.end());
+                lower_third_at[k] = *third;
                 n_rounds_at[k]++;
             }
             n_spec_rounds++;
@@ -162,10 +168,7 @@ struct draft_tuner {
         if (k >= (int32_t) costs_at.size() || costs_at[k].size() < 2) {
             return t_per_draft;
         }
-        std::vector<double> costs = costs_at[k];
-        const auto third = costs.begin() + (costs.size() - 1) / 3;
-        std::nth_element(costs.begin(), third, costs.end());
-        return *third;
+        return lower_third_at[k];
     }
 
     // tokens per second and sequence when each of n_live sequences drafts k

@@ -217,14 +217,15 @@ int32_t greedy_draft_pick(const float * logits, int32_t n_vocab, const llama_tok
     float top[k];
     int32_t ids[k];
     int n = 0;
+    const auto floor = [&] { return n == k ? top[k - 1] : -INFINITY; };  // what a logit must pass
     for (int32_t i0 = 0; i0 < n_vocab; i0 += span) {
         const int32_t i1 = std::min(i0 + span, n_vocab);
-        if (i1 - i0 == span && !any_above(logits + i0, n == k ? top[k - 1] : -INFINITY)) {
+        if (i1 - i0 == span && !any_above(logits + i0, floor())) {
             continue;
         }
         for (int32_t i = i0; i < i1; ++i) {
             const float x = logits[i];
-            if (!(x > (n == k ? top[k - 1] : -INFINITY)) ||
+            if (!(x > floor()) ||
                 std::find(suppressed, suppressed + n_suppressed, i) != suppressed + n_suppressed) {
                 continue;
             }
