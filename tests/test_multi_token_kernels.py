@@ -247,6 +247,13 @@ if not _WIDE_TYPES and all(f"{isa} = 1" in eagle3.system_info() for isa in ("AVX
 _K_BLOCKS_OF_16 = ("q5_k", "q6_k", "iq4_xs") if _WIDE_TYPES else ()
 for _t in _K_BLOCKS_OF_16:
     MULTI_TOKEN_TYPES[f"{_t} in blocks of 16"] = (True, 8)
+# q4_0 matrices whose rows come in groups of 16 are repacked so too, for the
+# tiles above (every pass, up to 64 tokens a load); the others keep the
+# repacked kernel of 8 rows.
+_REPACKED_16 = _K_BLOCKS_OF_16 + (("q4_0",) if _WIDE_TYPES else ())
+if _WIDE_TYPES:
+    MULTI_TOKEN_TYPES["q4_0 in blocks of 16"] = (True, 64)
+    _TILE_FROM["q4_0 in blocks of 16"] = 1
 
 
 def _group(ggml_type: str, k: int) -> int:
@@ -267,7 +274,7 @@ def _multi_token_rows(model) -> dict[str, int]:
     for name, info in model.tensors.items():
         used = name.startswith("blk.") or name == "output.weight" or (tied and name == "token_embd.weight")
         ggml_type = info.type.lower()
-        if ggml_type in _K_BLOCKS_OF_16 and info.shape[1] % 16 == 0:
+        if ggml_type in _REPACKED_16 and info.shape[1] % 16 == 0:
             ggml_type += " in blocks of 16"
         repacked, _ = MULTI_TOKEN_TYPES.get(ggml_type, (None, 0))
         if used and len(info.shape) == 2 and repacked is not None and not (repacked and info.shape[1] % 8):
