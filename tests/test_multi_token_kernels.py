@@ -247,17 +247,21 @@ if not _WIDE_TYPES and all(f"{isa} = 1" in eagle3.system_info() for isa in ("AVX
 _K_BLOCKS_OF_16 = ("q5_k", "q6_k", "iq4_xs") if _WIDE_TYPES else ()
 for _t in _K_BLOCKS_OF_16:
     MULTI_TOKEN_TYPES[f"{_t} in blocks of 16"] = (True, 8)
-# q4_0 matrices whose rows come in groups of 16 are repacked so too, for the
-# tiles above (every pass, up to 64 tokens a load); the others keep the
-# repacked kernel of 8 rows.
-_REPACKED_16 = _K_BLOCKS_OF_16 + (("q4_0",) if _WIDE_TYPES else ())
-if _WIDE_TYPES:
-    MULTI_TOKEN_TYPES["q4_0 in blocks of 16"] = (True, 64)
-    _TILE_FROM["q4_0 in blocks of 16"] = 1
+# So are the matrices of the types the tiles above take for every pass, and
+# q4_0's (whose others keep the repacked kernel of 8 rows), for the same tiles
+# without their transposes: passes of 2-16 tokens take their rows 8 tokens at a
+# time (each token's sums in registers), longer ones up to 64.
+_LANES16 = tuple(t for t in ("q8_0", "q4_1", "q5_0", "q5_1") if _TILE_FROM.get(t) == 1) if _WIDE_TYPES else ()
+_LANES16 += ("q4_0",) if _WIDE_TYPES else ()
+for _t in _LANES16:
+    MULTI_TOKEN_TYPES[f"{_t} in blocks of 16"] = (True, 8)
+_REPACKED_16 = _K_BLOCKS_OF_16 + _LANES16
 
 
 def _group(ggml_type: str, k: int) -> int:
     """How many of a pass's k tokens share one load of a weight row."""
+    if ggml_type.endswith(" in blocks of 16") and ggml_type.split()[0] in _LANES16 and k > 16:
+        return 64
     if _AMX and k >= _AMX_FROM.get(ggml_type, k + 1):
         return 16
     if k >= _TILE_FROM.get(ggml_type, k + 1):
